@@ -1,0 +1,382 @@
+"""Experiment configuration: frozen dataclasses that a YAML file mirrors one to one.
+
+Defaults live only here. A YAML file names only the keys it changes; ``key.sub=value``
+overrides from the command line are applied on top. Unknown keys and wrong types are
+:class:`ConfigError` with the key, the file and (for typos) the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from seq2seq.errors import UserError
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "DecodingConfig",
+    "ExperimentConfig",
+    "ExportConfig",
+    "ModelConfig",
+    "TrainingConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "config_to_dict",
+    "dump_config",
+    "load_config",
+]
+
+
+class ConfigError(UserError):
+    """A configuration mistake the user can fix (unknown key, wrong type, missing file)."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from and how it becomes batches of ids."""
+
+    corpus: str = "multi30k"
+    """Registered corpus name (``seq2seq prepare --list`` shows them) or ``files``."""
+    pair: str = "en-de"
+    """``src-tgt`` language pair, e.g. ``en-de``."""
+    variant: str = "raw"
+    """Corpus variant: ``raw`` (cased, untokenized) or ``tok`` (Multi30K lowercased tokenized)."""
+    train_split: str = "train"
+    valid_split: str = "val"
+    test_splits: tuple[str, ...] = ("test_2016_flickr",)
+    train_prefix: str | None = None
+    """With ``corpus: files``: path prefix of the training files (``PREFIX.src`` / ``PREFIX.tgt``)."""
+    valid_prefix: str | None = None
+    max_train_pairs: int = 0
+    """Use only the first N training pairs (0 = all); for quick experiments and tests."""
+    max_valid_pairs: int = 0
+    """Use only the first N validation pairs (0 = all)."""
+    spm_type: str = "bpe"
+    """SentencePiece model type: ``bpe`` or ``unigram``."""
+    vocab_size: int = 8000
+    joint_vocab: bool = True
+    """One SentencePiece model over both sides (needed for shared embeddings)."""
+    character_coverage: float = 1.0
+    spm_max_sentences: int = 2_000_000
+    """Sentences sampled to train SentencePiece (enough for any vocabulary we use)."""
+    max_len: int = 256
+    """Training pairs with more tokens than this on either side are dropped."""
+    max_ratio: float = 3.0
+    """Training pairs whose token-length ratio exceeds this are dropped."""
+    max_tokens: int = 4096
+    """Tokens per batch, padding included (source or target, whichever is longer)."""
+    bucket_width: int = 1
+    """Length bucket granularity in tokens; sentences in one bucket have similar lengths."""
+    num_workers: int = 0
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Transformer shape and options (names follow torch.nn.Transformer)."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    """Feed-forward activation: ``relu`` or ``gelu``."""
+    norm_first: bool = True
+    """Pre-norm (True) or post-norm (False, the original Transformer)."""
+    positions: str = "sinusoidal"
+    """Position encoding: ``sinusoidal`` or ``learned``."""
+    max_positions: int = 1024
+    share_embeddings: bool = True
+    """Share source and target token embeddings (needs a joint vocabulary)."""
+    tie_output: bool = True
+    """Tie the output projection to the target embedding."""
+    decoder_mask: str = "causal"
+    """Decoder self-attention mask: ``causal``, ``window`` or ``block``."""
+    window: int = 16
+    """With ``decoder_mask: window``: each query sees this many most recent keys (itself included)."""
+    block_size: int = 8
+    """With ``decoder_mask: block``: block length."""
+    prev_blocks: int = 1
+    """With ``decoder_mask: block``: how many earlier blocks a query may also see."""
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Optimisation, schedule, validation and checkpointing."""
+
+    seed: int = 1
+    lr: float = 5e-4
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    schedule: str = "inverse_sqrt"
+    """``inverse_sqrt`` (linear warmup to ``lr``, then lr*sqrt(warmup/step)), ``noam`` or ``constant``."""
+    warmup_steps: int = 4000
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0
+    """Gradient clipping by global norm (0 = off)."""
+    accumulate: int = 1
+    """Gradient accumulation: batches per optimizer step."""
+    precision: str = "32"
+    """Lightning precision: ``32``, ``bf16-mixed`` or ``16-mixed``."""
+    max_steps: int = 10_000
+    max_epochs: int = -1
+    max_time: str | None = None
+    """Wall-clock limit ``DD:HH:MM:SS`` (None = unlimited)."""
+    val_every_steps: int = 1000
+    val_metric: str = "bleu"
+    """Metric used for the best checkpoint and early stopping: ``bleu``, ``chrf`` or ``loss``."""
+    val_method: str = "greedy"
+    """Decoding during validation: ``greedy`` or ``beam`` (uses decoding.beam_size)."""
+    val_samples: int = 3
+    """Sample translations printed at each validation."""
+    patience: int = 0
+    """Early stopping after this many validations without improvement (0 = off)."""
+    keep_last: int = 5
+    """Periodic checkpoints kept for averaging."""
+    average_last: int = 5
+    """Checkpoints averaged into the exported model (1 = use the best checkpoint)."""
+    log_every_steps: int = 50
+    max_nonfinite: int = 10
+    """Consecutive non-finite losses tolerated (each skips its update) before the run stops."""
+    deterministic: bool = False
+    accelerator: str = "auto"
+    devices: str = "auto"
+    num_nodes: int = 1
+    strategy: str = "auto"
+    threads: int = 0
+    """torch intra-op threads (0 = leave torch's default)."""
+    compile: bool = False
+    """Wrap the model in torch.compile."""
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """Search options (fairseq-compatible beam scoring; see seq2seq/search.py)."""
+
+    method: str = "beam"
+    """``beam``, ``greedy`` or ``sample``."""
+    beam_size: int = 5
+    nbest: int = 1
+    len_penalty: float = 1.0
+    min_len: int = 1
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+    no_repeat_ngram: int = 0
+    unk_penalty: float = 0.0
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    max_tokens: int = 4096
+    """Source tokens per translation batch."""
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Export defaults for ``seq2seq export``."""
+
+    format: str = "ctranslate2"
+    quantization: str = "none"
+    """CTranslate2 quantization: ``none``, ``int8``, ``int8_float32`` or ``float16``."""
+    opset: int = 17
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A whole experiment: the YAML file's top-level sections."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML <-> dataclasses
+
+
+def _all_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        name = prefix + f.name
+        keys.append(name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys.extend(_all_keys(hints[f.name], name + "."))
+    return keys
+
+
+def _unknown_key(key: str, source: str) -> ConfigError:
+    valid = _all_keys(ExperimentConfig)
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if not near:  # compare the last part alone ("model.dropot" vs "dropout")
+        leaf = key.rsplit(".", 1)[-1]
+        by_leaf = {k.rsplit(".", 1)[-1]: k for k in valid}
+        leaf_near = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)
+        near = [by_leaf[leaf_near[0]]] if leaf_near else []
+    hint = f"; did you mean {near[0]}?" if near else ""
+    return ConfigError(f"unknown key {key} in {source}{hint}")
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` and convert where lossless (int -> float)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key, source)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(f"{key} in {source} must be {_type_name(tp)}, got {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} in {source} must be a list ({_type_name(tp)}), got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], key, source) for v in value)
+        if len(value) != len(args):
+            raise ConfigError(f"{key} in {source} must have {len(args)} items, got {len(value)}")
+        return tuple(_coerce(v, a, key, source) for v, a in zip(value, args))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key} in {source} must be {_type_name(tp)}, got {value!r}")
+
+
+def _build(cls: type, data: Any, prefix: str, source: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        where = prefix.rstrip(".") or "the top level"
+        raise ConfigError(f"{where} in {source} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        full = prefix + str(key)
+        if key not in names:
+            raise _unknown_key(full, source)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(tp, value, full + ".", source)
+        else:
+            kwargs[key] = _coerce(value, tp, full, source)
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict, source: str = "<dict>") -> ExperimentConfig:
+    """Build an :class:`ExperimentConfig` from nested dicts; ``source`` names them in errors."""
+    return _build(ExperimentConfig, data, "", source)
+
+
+def config_to_dict(cfg: Any) -> dict:
+    """Nested plain dicts (tuples become lists) of a config, every key included."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            value = config_to_dict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.safe_load(text)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not valid UTF-8 (byte {e.start})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}{where}: {problem}") from None
+    return data or {}
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.sub=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key, value
+
+
+def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
+    """Return ``cfg`` with ``key.sub=value`` overrides applied (values parsed as YAML)."""
+    data = config_to_dict(cfg)
+    for item in overrides:
+        key, value = _parse_override(item)
+        parts = key.split(".")
+        node = data
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                raise _unknown_key(key, "the command line")
+            if i == len(parts) - 1:
+                if isinstance(node[part], dict):
+                    raise ConfigError(
+                        f"{key} on the command line is a section; set one of its keys"
+                    )
+                node[part] = value
+            else:
+                node = node[part]
+    return config_from_dict(data, "the command line")
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Load a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+    if path is None:
+        cfg = ExperimentConfig()
+    else:
+        path = Path(path)
+        cfg = config_from_dict(_read_yaml(path), str(path))
+    return apply_overrides(cfg, overrides or [])
+
+
+def dump_config(cfg: ExperimentConfig, path: str | Path | None = None) -> str:
+    """The full resolved config as YAML text; also written to ``path`` when given."""
+    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=None)
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text

@@ -1,0 +1,225 @@
+"""Building blocks: token embeddings, positions, feed-forward, encoder and decoder layers."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seq2seq.attention import CrossAttention, SelfAttention
+
+__all__ = [
+    "DecoderLayer",
+    "EncoderLayer",
+    "FeedForward",
+    "LayerWeights",
+    "PositionalEncoding",
+    "TokenEmbedding",
+    "sinusoidal_table",
+]
+
+
+def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
+    """Sinusoidal positions (tensor2tensor layout): row p = [sin(p*w_0..), cos(p*w_0..)].
+
+    Frequencies w_i = 10000 ** (-i / (d_model/2 - 1)), i < d_model/2. Returns (P, D).
+    """
+    half = d_model // 2
+    scale = math.log(10000.0) / max(half - 1, 1)
+    freqs = torch.exp(torch.arange(half, dtype=torch.float32) * -scale)  # (D/2,)
+    angles = torch.arange(n_positions, dtype=torch.float32)[:, None] * freqs[None, :]  # (P, D/2)
+    table = torch.cat([angles.sin(), angles.cos()], dim=1)
+    if d_model % 2:
+        table = F.pad(table, (0, 1))
+    return table
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding multiplied by sqrt(d_model); the padding row is zero."""
+
+    def __init__(self, *, vocab_size: int, d_model: int, pad_id: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
+        self.pad_id = pad_id
+        self.scale = math.sqrt(d_model)
+        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+        with torch.no_grad():
+            self.weight[pad_id].zero_()
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """(B, L) ids -> (B, L, D)."""
+        return F.embedding(ids, self.weight, padding_idx=self.pad_id) * self.scale
+
+
+class PositionalEncoding(nn.Module):
+    """Adds position information: a fixed sinusoidal table or learned embeddings."""
+
+    def __init__(self, *, kind: str, max_positions: int, d_model: int) -> None:
+        super().__init__()
+        if kind not in ("sinusoidal", "learned"):
+            raise ValueError(f"unknown positions {kind!r}; expected sinusoidal or learned")
+        self.kind = kind
+        self.max_positions = max_positions
+        if kind == "learned":
+            self.weight = nn.Parameter(torch.empty(max_positions, d_model))
+            nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+        else:
+            self.register_buffer(
+                "weight", sinusoidal_table(max_positions, d_model), persistent=False
+            )
+
+    def forward(self, length: int, offset: int = 0) -> Tensor:
+        """Position vectors for positions offset .. offset+length-1: (L, D)."""
+        if offset + length > self.max_positions:
+            raise ValueError(
+                f"sequence of {offset + length} positions exceeds max_positions "
+                f"({self.max_positions})"
+            )
+        return self.weight[offset : offset + length]
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward: Linear(D, d_ff) -> activation -> dropout -> Linear(d_ff, D)."""
+
+    def __init__(
+        self, *, d_model: int, d_ff: int, activation: str, activation_dropout: float
+    ) -> None:
+        super().__init__()
+        if activation not in ("relu", "gelu"):
+            raise ValueError(f"unknown activation {activation!r}; expected relu or gelu")
+        self.linear1 = nn.Linear(d_model, d_ff)
+        self.linear2 = nn.Linear(d_ff, d_model)
+        self.activation = F.relu if activation == "relu" else F.gelu
+        self.dropout = nn.Dropout(activation_dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, L, D) -> (B, L, D)."""
+        return self.linear2(self.dropout(self.activation(self.linear1(x))))
+
+
+@dataclass
+class LayerWeights:
+    """Attention weights of one layer, for plots and tests (each (B, H, Lq, Lk) or None)."""
+
+    self_attn: Tensor | None = None
+    cross_attn: Tensor | None = None
+
+
+class _Residual(nn.Module):
+    """x + dropout(f(norm(x))) for pre-norm, norm(x + dropout(f(x))) for post-norm."""
+
+    def __init__(self, *, d_model: int, dropout: float, norm_first: bool) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def pre(self, x: Tensor) -> Tensor:
+        return self.norm(x) if self.norm_first else x
+
+    def post(self, x: Tensor, y: Tensor) -> Tensor:
+        out = x + self.dropout(y)
+        return out if self.norm_first else self.norm(out)
+
+
+class EncoderLayer(nn.Module):
+    """Bidirectional self-attention (source padding hidden) + feed-forward."""
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+    ) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
+        self.self_res = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first)
+        self.ff = FeedForward(
+            d_model=d_model, d_ff=d_ff, activation=activation, activation_dropout=activation_dropout
+        )
+        self.ff_res = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first)
+
+    def forward(
+        self, x: Tensor, *, mask: Tensor | None, need_weights: bool = False
+    ) -> tuple[Tensor, LayerWeights]:
+        """x: (B, S, D); mask: (B, 1, 1, S) bool from the source padding, or None."""
+        y, w, _ = self.self_attn(self.self_res.pre(x), mask=mask, need_weights=need_weights)
+        x = self.self_res.post(x, y)
+        x = self.ff_res.post(x, self.ff(self.ff_res.pre(x)))
+        return x, LayerWeights(self_attn=w)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention + cross-attention on the memory + feed-forward."""
+
+    def __init__(
+        self,
+        *,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+    ) -> None:
+        super().__init__()
+        self.self_attn = SelfAttention(d_model=d_model, n_heads=n_heads, dropout=attention_dropout)
+        self.self_res = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first)
+        self.cross_attn = CrossAttention(
+            d_model=d_model, n_heads=n_heads, dropout=attention_dropout
+        )
+        self.cross_res = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first)
+        self.ff = FeedForward(
+            d_model=d_model, d_ff=d_ff, activation=activation, activation_dropout=activation_dropout
+        )
+        self.ff_res = _Residual(d_model=d_model, dropout=dropout, norm_first=norm_first)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory_kv: tuple[Tensor, Tensor],
+        *,
+        self_mask: Tensor | None,
+        is_causal: bool,
+        cross_mask: Tensor | None,
+        cache: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, LayerWeights, tuple[Tensor, Tensor]]:
+        """One decoder layer.
+
+        Args:
+            x: (B, T, D) new target positions.
+            memory_kv: the cross-attention (K, V) of the memory, each (B, H, S, Dh).
+            self_mask: (T, Tk) bool structural mask, or None with ``is_causal``.
+            is_causal: use SDPA's causal flag (square, no cache).
+            cross_mask: (B, 1, 1, S) bool from the source padding, or None.
+            cache: self-attention (K, V) of earlier positions, or None.
+
+        Returns:
+            (output (B, T, D), the layer's weights, the new self-attention (K, V)).
+        """
+        y, w_self, kv = self.self_attn(
+            self.self_res.pre(x),
+            mask=self_mask,
+            is_causal=is_causal,
+            cache=cache,
+            need_weights=need_weights,
+        )
+        x = self.self_res.post(x, y)
+        y, w_cross = self.cross_attn(
+            self.cross_res.pre(x), memory_kv, mask=cross_mask, need_weights=need_weights
+        )
+        x = self.cross_res.post(x, y)
+        x = self.ff_res.post(x, self.ff(self.ff_res.pre(x)))
+        return x, LayerWeights(self_attn=w_self, cross_attn=w_cross), kv

@@ -1,0 +1,475 @@
+"""The encoder-decoder Transformer (a plain nn.Module; no Lightning here).
+
+- :class:`Encoder`: bidirectional self-attention; only source padding is hidden.
+- :class:`Decoder`: self-attention under the configured mask (causal, sliding window or
+  block causal) + cross-attention to the whole non-padded source + feed-forward.
+- :class:`Seq2SeqTransformer`: both, the embeddings (optionally shared) and the output
+  projection (optionally tied), teacher-forced ``forward`` and incremental ``decode_step``.
+
+Incremental decoding contract (fairseq's): the cross-attention K/V of the memory are
+computed once per sentence (:meth:`Seq2SeqTransformer.start_state`); each step appends one
+position's self-attention K/V to the cache; :meth:`DecoderState.reorder` selects rows for
+beam search (and drops finished sentences). With a sliding-window mask the cache keeps
+only the keys that the window can still see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+from torch import Tensor, nn
+
+from seq2seq.config import ModelConfig
+from seq2seq.layers import (
+    DecoderLayer,
+    EncoderLayer,
+    LayerWeights,
+    PositionalEncoding,
+    TokenEmbedding,
+)
+from seq2seq.masks import decoder_self_mask, merge_masks, pad_from_ids
+
+__all__ = [
+    "Decoder",
+    "DecoderState",
+    "Encoder",
+    "ModelAttention",
+    "Seq2SeqTransformer",
+    "build_model",
+]
+
+
+@dataclass
+class DecoderState:
+    """Everything incremental decoding carries from one step to the next.
+
+    Attributes:
+        src_pad: (N, S) bool, True at source padding.
+        cross_kv: per decoder layer, the memory's (K, V), each (N, H, S, Dh); computed once.
+        self_kv: per decoder layer, the (K, V) of the target positions so far, each
+            (N, H, t', Dh) with t' <= t (a sliding window keeps only what it can see);
+            None before the first step.
+        position: absolute position of the next target token (tokens consumed so far).
+        cross_attention: (N, S) cross-attention of the last step (last layer, mean over
+            heads), filled only when the step was asked for weights.
+    """
+
+    src_pad: Tensor
+    cross_kv: list[tuple[Tensor, Tensor]]
+    self_kv: list[tuple[Tensor, Tensor]] | None = None
+    position: int = 0
+    cross_attention: Tensor | None = None
+
+    def reorder(self, index: Tensor) -> DecoderState:
+        """Select rows (N,) -> (M,) of every cached tensor: beam expansion, reordering, pruning."""
+
+        def pick(kv: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+            return kv[0].index_select(0, index), kv[1].index_select(0, index)
+
+        return DecoderState(
+            src_pad=self.src_pad.index_select(0, index),
+            cross_kv=[pick(kv) for kv in self.cross_kv],
+            self_kv=None if self.self_kv is None else [pick(kv) for kv in self.self_kv],
+            position=self.position,
+            cross_attention=None
+            if self.cross_attention is None
+            else self.cross_attention.index_select(0, index),
+        )
+
+
+@dataclass
+class ModelAttention:
+    """Per-layer attention weights of a teacher-forced pass, each (B, H, Lq, Lk)."""
+
+    encoder: list[Tensor] = field(default_factory=list)
+    decoder_self: list[Tensor] = field(default_factory=list)
+    cross: list[Tensor] = field(default_factory=list)
+
+
+class Encoder(nn.Module):
+    """Stack of bidirectional self-attention layers over embedded source tokens."""
+
+    def __init__(
+        self,
+        *,
+        embedding: TokenEmbedding,
+        positions: PositionalEncoding,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+    ) -> None:
+        super().__init__()
+        self.embedding = embedding
+        self.positions = positions
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                d_model=d_model,
+                n_heads=n_heads,
+                d_ff=d_ff,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                activation_dropout=activation_dropout,
+                activation=activation,
+                norm_first=norm_first,
+            )
+            for _ in range(n_layers)
+        )
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else None
+
+    def forward(
+        self, src_ids: Tensor, src_pad: Tensor, *, need_weights: bool = False
+    ) -> tuple[Tensor, list[Tensor]]:
+        """(B, S) ids and (B, S) padding -> memory (B, S, D) and per-layer weights."""
+        x = self.embedding(src_ids) + self.positions(src_ids.size(1))  # (B, S, D)
+        x = self.dropout(x)
+        # Without padding in the batch SDPA runs mask-free (its fastest path).
+        mask = merge_masks(None, src_pad) if bool(src_pad.any()) else None  # (B, 1, 1, S)
+        weights = []
+        for layer in self.layers:
+            x, w = layer(x, mask=mask, need_weights=need_weights)
+            if need_weights:
+                weights.append(w.self_attn)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, weights
+
+
+class Decoder(nn.Module):
+    """Stack of masked self-attention + cross-attention layers over embedded target tokens."""
+
+    def __init__(
+        self,
+        *,
+        embedding: TokenEmbedding,
+        positions: PositionalEncoding,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float,
+        attention_dropout: float,
+        activation_dropout: float,
+        activation: str,
+        norm_first: bool,
+        self_mask: str,
+        window: int,
+        block_size: int,
+        prev_blocks: int,
+    ) -> None:
+        super().__init__()
+        if self_mask not in ("causal", "window", "block"):
+            raise ValueError(
+                f"unknown decoder mask {self_mask!r}; expected causal, window or block"
+            )
+        self.embedding = embedding
+        self.positions = positions
+        self.dropout = nn.Dropout(dropout)
+        self.layers = nn.ModuleList(
+            DecoderLayer(
+                d_model=d_model,
+                n_heads=n_heads,
+                d_ff=d_ff,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                activation_dropout=activation_dropout,
+                activation=activation,
+                norm_first=norm_first,
+            )
+            for _ in range(n_layers)
+        )
+        self.final_norm = nn.LayerNorm(d_model) if norm_first else None
+        self.self_mask = self_mask
+        self.window = window
+        self.block_size = block_size
+        self.prev_blocks = prev_blocks
+
+    def structural_mask(self, q_len: int, k_len: int, device: torch.device) -> Tensor:
+        """The self-attention mask (Lq, Lk) for the last q_len of k_len target positions."""
+        return decoder_self_mask(
+            self.self_mask,
+            q_len,
+            k_len,
+            window=self.window,
+            block_size=self.block_size,
+            prev_blocks=self.prev_blocks,
+            device=device,
+        )
+
+    def memory_kv(self, memory: Tensor) -> list[tuple[Tensor, Tensor]]:
+        """Per-layer cross-attention (K, V) of the memory (B, S, D): computed once per sentence."""
+        return [layer.cross_attn.memory_kv(memory) for layer in self.layers]
+
+    def forward(
+        self,
+        tgt_ids: Tensor,
+        cross_kv: list[tuple[Tensor, Tensor]],
+        src_pad: Tensor,
+        *,
+        cache: list[tuple[Tensor, Tensor]] | None = None,
+        offset: int = 0,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, list[tuple[Tensor, Tensor]], list[LayerWeights]]:
+        """Decode new target positions.
+
+        Args:
+            tgt_ids: (B, T) token ids at absolute positions offset .. offset+T-1.
+            cross_kv: from :meth:`memory_kv`.
+            src_pad: (B, S) bool, True at source padding.
+            cache: per-layer self-attention (K, V) of the earlier positions, or None.
+            offset: absolute position of tgt_ids[:, 0].
+
+        Returns:
+            (hidden states (B, T, D), per-layer new self (K, V), per-layer weights).
+        """
+        t = tgt_ids.size(1)
+        x = self.embedding(tgt_ids) + self.positions(t, offset)  # (B, T, D)
+        x = self.dropout(x)
+        past = 0 if cache is None else cache[0][0].size(2)
+        k_len = past + t
+        # SDPA's causal flag is top-left aligned: exactly right only for a square, cache-free mask.
+        is_causal = self.self_mask == "causal" and cache is None and not need_weights
+        # With a trimmed (sliding-window) cache the keys are the last k_len positions, so the
+        # bottom-right aligned mask still sees the right relative positions.
+        self_mask = None if is_causal else self.structural_mask(t, k_len, x.device)  # (T, Tk)
+        cross_mask = merge_masks(None, src_pad) if bool(src_pad.any()) else None  # (B,1,1,S)
+        new_cache, weights = [], []
+        for i, layer in enumerate(self.layers):
+            x, w, kv = layer(
+                x,
+                cross_kv[i],
+                self_mask=self_mask,
+                is_causal=is_causal,
+                cross_mask=cross_mask,
+                cache=None if cache is None else cache[i],
+                need_weights=need_weights,
+            )
+            new_cache.append(kv)
+            weights.append(w)
+        if self.final_norm is not None:
+            x = self.final_norm(x)
+        return x, new_cache, weights
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder-decoder Transformer translator.
+
+    Teacher forcing: ``forward(src_ids, tgt_in) -> logits``. Incremental decoding:
+    ``state = start_state(src_ids)`` then ``decode_step(prefix, state)`` per token, which
+    is a step function for seq2seq.search.
+    """
+
+    def __init__(
+        self,
+        *,
+        src_vocab_size: int,
+        tgt_vocab_size: int,
+        pad_id: int,
+        d_model: int = 512,
+        n_heads: int = 8,
+        d_ff: int = 2048,
+        n_encoder_layers: int = 6,
+        n_decoder_layers: int = 6,
+        dropout: float = 0.1,
+        attention_dropout: float = 0.0,
+        activation_dropout: float = 0.0,
+        activation: str = "relu",
+        norm_first: bool = True,
+        positions: str = "sinusoidal",
+        max_positions: int = 1024,
+        share_embeddings: bool = True,
+        tie_output: bool = True,
+        decoder_mask: str = "causal",
+        window: int = 16,
+        block_size: int = 8,
+        prev_blocks: int = 1,
+    ) -> None:
+        super().__init__()
+        if share_embeddings and src_vocab_size != tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings needs one joint vocabulary "
+                f"(source {src_vocab_size} != target {tgt_vocab_size})"
+            )
+        self.pad_id = pad_id
+        self.src_vocab_size = src_vocab_size
+        self.tgt_vocab_size = tgt_vocab_size
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.max_positions = max_positions
+        tgt_embed = TokenEmbedding(vocab_size=tgt_vocab_size, d_model=d_model, pad_id=pad_id)
+        src_embed = (
+            tgt_embed
+            if share_embeddings
+            else TokenEmbedding(vocab_size=src_vocab_size, d_model=d_model, pad_id=pad_id)
+        )
+        common = dict(
+            d_model=d_model,
+            n_heads=n_heads,
+            d_ff=d_ff,
+            dropout=dropout,
+            attention_dropout=attention_dropout,
+            activation_dropout=activation_dropout,
+            activation=activation,
+            norm_first=norm_first,
+        )
+        self.encoder = Encoder(
+            embedding=src_embed,
+            positions=PositionalEncoding(
+                kind=positions, max_positions=max_positions, d_model=d_model
+            ),
+            n_layers=n_encoder_layers,
+            **common,
+        )
+        self.decoder = Decoder(
+            embedding=tgt_embed,
+            positions=PositionalEncoding(
+                kind=positions, max_positions=max_positions, d_model=d_model
+            ),
+            n_layers=n_decoder_layers,
+            self_mask=decoder_mask,
+            window=window,
+            block_size=block_size,
+            prev_blocks=prev_blocks,
+            **common,
+        )
+        self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        if tie_output:
+            self.output_proj.weight = tgt_embed.weight
+        else:
+            nn.init.normal_(self.output_proj.weight, mean=0.0, std=d_model**-0.5)
+        self._init_linear()
+
+    def _init_linear(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module is not self.output_proj:
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+
+    # ---- teacher forcing ----------------------------------------------------------------
+
+    def encode(self, src_ids: Tensor) -> tuple[Tensor, Tensor]:
+        """(B, S) source ids -> (memory (B, S, D), src_pad (B, S))."""
+        src_pad = pad_from_ids(src_ids, self.pad_id)
+        memory, _ = self.encoder(src_ids, src_pad)
+        return memory, src_pad
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_pad: Tensor) -> Tensor:
+        """Teacher-forced decoder: (B, T) target inputs -> hidden states (B, T, D)."""
+        hidden, _, _ = self.decoder(tgt_in, self.decoder.memory_kv(memory), src_pad)
+        return hidden
+
+    def project(self, hidden: Tensor) -> Tensor:
+        """Hidden states (..., D) -> vocabulary logits (..., V)."""
+        return self.output_proj(hidden)
+
+    def forward(self, src_ids: Tensor, tgt_in: Tensor) -> Tensor:
+        """(B, S) source ids, (B, T) target inputs (BOS first) -> logits (B, T, V)."""
+        memory, src_pad = self.encode(src_ids)
+        return self.project(self.decode(tgt_in, memory, src_pad))
+
+    def forward_with_attention(
+        self, src_ids: Tensor, tgt_in: Tensor
+    ) -> tuple[Tensor, ModelAttention]:
+        """Like forward, also returning every layer's attention weights (explicit, slower path)."""
+        src_pad = pad_from_ids(src_ids, self.pad_id)
+        memory, enc_w = self.encoder(src_ids, src_pad, need_weights=True)
+        hidden, _, dec_w = self.decoder(
+            tgt_in, self.decoder.memory_kv(memory), src_pad, need_weights=True
+        )
+        attn = ModelAttention(
+            encoder=enc_w,
+            decoder_self=[w.self_attn for w in dec_w],
+            cross=[w.cross_attn for w in dec_w],
+        )
+        return self.project(hidden), attn
+
+    # ---- incremental decoding -----------------------------------------------------------
+
+    def start_state(self, src_ids: Tensor) -> DecoderState:
+        """Encode the source and compute the cross-attention K/V once: (B, S) -> state."""
+        memory, src_pad = self.encode(src_ids)
+        return DecoderState(src_pad=src_pad, cross_kv=self.decoder.memory_kv(memory))
+
+    def decode_step(
+        self, prefix: Tensor, state: DecoderState, *, need_weights: bool = False
+    ) -> tuple[Tensor, DecoderState]:
+        """One step with the KV cache: log-probs for the token after ``prefix``.
+
+        Args:
+            prefix: (N, t) ids so far, BOS included; only prefix[:, state.position:] is new
+                (normally its last column).
+            state: from :meth:`start_state` or the previous step.
+            need_weights: keep the last layer's cross-attention (N, S) in the new state.
+
+        Returns:
+            (log-probs (N, V) in float32, the new state).
+        """
+        new_ids = prefix[:, state.position :]  # (N, t_new), normally t_new = 1
+        hidden, kv, weights = self.decoder(
+            new_ids,
+            state.cross_kv,
+            state.src_pad,
+            cache=state.self_kv,
+            offset=state.position,
+            need_weights=need_weights,
+        )
+        if self.decoder.self_mask == "window":
+            keep = self.decoder.window - 1  # keys the next query can still see besides itself
+            kv = [
+                (k[:, :, max(k.size(2) - keep, 0) :], v[:, :, max(v.size(2) - keep, 0) :])
+                for k, v in kv
+            ]
+        log_probs = self.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (N, V)
+        cross = weights[-1].cross_attn[:, :, -1].mean(dim=1) if need_weights else None  # (N, S)
+        return log_probs, replace(state, self_kv=kv, position=prefix.size(1), cross_attention=cross)
+
+    def decode_step_uncached(
+        self, prefix: Tensor, state: DecoderState, *, need_weights: bool = False
+    ) -> tuple[Tensor, DecoderState]:
+        """Same contract as :meth:`decode_step`, recomputing the whole prefix (no KV cache).
+
+        The baseline for benchmarks and the reference the cached path is tested against.
+        """
+        hidden, _, weights = self.decoder(
+            prefix, state.cross_kv, state.src_pad, need_weights=need_weights
+        )
+        log_probs = self.project(hidden[:, -1]).float().log_softmax(dim=-1)
+        cross = weights[-1].cross_attn[:, :, -1].mean(dim=1) if need_weights else None
+        return log_probs, replace(state, position=prefix.size(1), cross_attention=cross)
+
+
+def build_model(
+    cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int
+) -> Seq2SeqTransformer:
+    """Build the model that ``cfg`` describes for the given vocabularies."""
+    return Seq2SeqTransformer(
+        src_vocab_size=src_vocab_size,
+        tgt_vocab_size=tgt_vocab_size,
+        pad_id=pad_id,
+        d_model=cfg.d_model,
+        n_heads=cfg.n_heads,
+        d_ff=cfg.d_ff,
+        n_encoder_layers=cfg.n_encoder_layers,
+        n_decoder_layers=cfg.n_decoder_layers,
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout,
+        activation=cfg.activation,
+        norm_first=cfg.norm_first,
+        positions=cfg.positions,
+        max_positions=cfg.max_positions,
+        share_embeddings=cfg.share_embeddings,
+        tie_output=cfg.tie_output,
+        decoder_mask=cfg.decoder_mask,
+        window=cfg.window,
+        block_size=cfg.block_size,
+        prev_blocks=cfg.prev_blocks,
+    )
