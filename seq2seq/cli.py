@@ -29,7 +29,10 @@ def _add(sub, name: str, help_: str, example: str) -> argparse.ArgumentParser:
 def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help="experiment YAML (configs/*.yaml)")
     p.add_argument(
-        "overrides", nargs="*", metavar="key.sub=value", help="config overrides, e.g. model.dropout=0.2"
+        "overrides",
+        nargs="*",
+        metavar="key.sub=value",
+        help="config overrides, e.g. model.dropout=0.2",
     )
 
 
