@@ -59,7 +59,9 @@ def attend(
         mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril()
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = scores.float().softmax(dim=-1).to(q.dtype)
+    # Softmax in at least float32 (fp16/bf16 are upcast; float64 keeps its precision).
+    weights = scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
+    weights = weights.to(q.dtype)
     if dropout > 0.0:
         weights_d = F.dropout(weights, p=dropout)
         return weights_d @ v, weights

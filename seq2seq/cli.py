@@ -45,6 +45,401 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 _SUBCOMMANDS: list = []
 
+
+def _prepare(sub) -> None:
+    p = _add(
+        sub,
+        "prepare",
+        "Download (or take from an offline mirror), verify and extract a parallel corpus into "
+        "plain-text files OUT/{split}.{lang}.",
+        "seq2seq prepare multi30k --pair en-de --out data/multi30k --mirror /data/multi30k\n"
+        "seq2seq prepare --list",
+    )
+    p.add_argument("corpus", nargs="?", help="registered corpus name (see --list)")
+    p.add_argument("--list", action="store_true", help="list the registered corpora and exit")
+    p.add_argument("--pair", default="en-de", help="src-tgt language pair (default en-de)")
+    p.add_argument("--variant", default="raw", help="raw (default) or tok (Multi30K)")
+    p.add_argument("--splits", help="comma-separated splits (default: every available split)")
+    p.add_argument("--out", help="output directory")
+    p.add_argument(
+        "--cache-dir", help="download cache (default $SEQ2SEQ_CACHE or ~/.cache/seq2seq)"
+    )
+    p.add_argument(
+        "--mirror", help="offline mirror folder replacing the download URLs ($SEQ2SEQ_MIRROR)"
+    )
+    p.set_defaults(run=_run_prepare)
+
+
+def _run_prepare(args) -> int:
+    from seq2seq.corpora import get_corpus, list_corpora, prepare_corpus
+
+    if args.list:
+        for name in list_corpora():
+            print(get_corpus(name).summary())
+        return 0
+    if not args.corpus or not args.out:
+        raise UserError(f"give a corpus ({', '.join(list_corpora())}) and --out DIR, or --list")
+    prepare_corpus(
+        args.corpus,
+        args.pair,
+        args.out,
+        variant=args.variant,
+        splits=[s for s in args.splits.split(",") if s] if args.splits else None,
+        cache_dir=args.cache_dir,
+        mirror=args.mirror,
+        log=print,
+    )
+    return 0
+
+
+_SUBCOMMANDS.append(_prepare)
+
+
+def _train(sub) -> None:
+    p = _add(
+        sub,
+        "train",
+        "Train a translator into a self-contained model directory (config, SentencePiece,\n"
+        "checkpoints, logs, and the exported model.safetensors + manifest at the end).\n"
+        "--resume DIR continues a run exactly where its last checkpoint left it; overrides\n"
+        "may then change the training section (e.g. training.max_steps), not the model or data.",
+        "seq2seq train --config configs/multi30k_small.yaml --out runs/m30k\n"
+        "seq2seq train --config configs/multi30k_small.yaml --out runs/m30k "
+        "training.max_steps=2000 model.dropout=0.3\n"
+        "seq2seq train --resume runs/m30k training.max_steps=20000",
+    )
+    _add_config_args(p)
+    p.add_argument("--out", metavar="DIR", help="model directory to create")
+    p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last.ckpt")
+    p.add_argument(
+        "--mirror",
+        default=os.environ.get("SEQ2SEQ_MIRROR"),
+        help="offline corpus mirror (default: $SEQ2SEQ_MIRROR)",
+    )
+    p.add_argument("--cache-dir", help="corpus download cache")
+    p.set_defaults(run=_run_train)
+
+
+def _run_train(args) -> int:
+    from seq2seq.train import resolve_config, train
+
+    if args.resume and args.out and os.path.abspath(args.out) != os.path.abspath(args.resume):
+        raise UserError("give either --out DIR (a new run) or --resume DIR, not both")
+    out = args.resume or args.out
+    if not out:
+        raise UserError("give --out DIR for a new run, or --resume DIR")
+    cfg = resolve_config(
+        out, resume=bool(args.resume), config_path=args.config, overrides=args.overrides
+    )
+    train(cfg, out, resume=bool(args.resume), mirror=args.mirror, cache_dir=args.cache_dir)
+    return 0
+
+
+_SUBCOMMANDS.append(_train)
+
+
+def _average(sub) -> None:
+    p = _add(
+        sub,
+        "average",
+        "Average the weights of a run's last N periodic checkpoints (element-wise mean).\n"
+        "--out FILE.safetensors writes the weights alone; any other --out becomes a full\n"
+        "model directory that translates and evaluates like the run's own.",
+        "seq2seq average runs/m30k -n 10 --out runs/m30k_avg10\n"
+        "seq2seq average runs/m30k -n 5 --out avg5.safetensors",
+    )
+    p.add_argument("model_dir", metavar="DIR", help="a `seq2seq train` run directory")
+    p.add_argument("-n", type=int, default=5, help="checkpoints to average (default: 5)")
+    p.add_argument("--out", required=True, help="a .safetensors file or a model directory")
+    p.set_defaults(run=_run_average)
+
+
+def _run_average(args) -> int:
+    from seq2seq.average import average_model_dir
+
+    out = average_model_dir(args.model_dir, n=args.n, out=args.out)
+    print(f"wrote {out}")
+    return 0
+
+
+_SUBCOMMANDS.append(_average)
+
+
+def _plot(sub) -> None:
+    p = _add(
+        sub,
+        "plot",
+        "Draw attention masks, or a model's attention on one sentence, as PNG heatmaps.",
+        "seq2seq plot mask --kind window --len 8 --window 3 -o mask.png\n"
+        'seq2seq plot attention runs/multi30k_small --text "A man rides a bike." -o attn.png',
+    )
+    what = p.add_subparsers(dest="plot_what", metavar="WHAT")
+    what.required = True
+    m = _add(
+        what,
+        "mask",
+        "Draw one mask as a grid: rows = queries, columns = keys, allowed vs hidden cells.",
+        "seq2seq plot mask --kind block --len 12 --block 4 --prev-blocks 1 -o block.png",
+    )
+    m.add_argument(
+        "--kind",
+        default="causal",
+        metavar="{causal,window,block,padding,full}",  # checked by mask_for_kind: one-line error
+        help="causal, window (sliding), block (block causal), padding (key padding), "
+        "full (the encoder's bidirectional mask) (default: causal)",
+    )
+    m.add_argument("--len", type=int, default=8, dest="length", help="positions (default: 8)")
+    m.add_argument("--window", type=int, default=3, help="window: keys seen, own included (3)")
+    m.add_argument("--block", type=int, default=4, help="block: block length (default: 4)")
+    m.add_argument(
+        "--prev-blocks", type=int, default=1, help="block: earlier blocks seen (default: 1)"
+    )
+    m.add_argument("--pad", type=int, default=2, help="padding: padded keys at the end (2)")
+    m.add_argument("-o", "--output", required=True, help="the .png to write")
+    m.add_argument("--size", default="4x4", help="WIDTHxHEIGHT in inches (default: 4x4)")
+    m.add_argument("--dpi", type=float, default=100, help="pixels per inch (default: 100)")
+    m.set_defaults(run=_run_plot_mask)
+    a = _add(
+        what,
+        "attention",
+        "Translate one sentence greedily and draw encoder self-, decoder self- and "
+        "cross-attention with the SentencePiece pieces as labels.",
+        'seq2seq plot attention runs/multi30k_small --text "A man rides a bike." -o attn.png',
+    )
+    a.add_argument("model_dir", help="a model directory (from `seq2seq train`)")
+    a.add_argument("--text", required=True, help="one source sentence")
+    a.add_argument(
+        "--target", help="draw the attention on this target (e.g. the reference) instead"
+    )
+    a.add_argument("-o", "--output", required=True, help="the .png to write")
+    a.add_argument("--layer", type=int, help="layer, 0-based, -1 = last (default: the last layer)")
+    a.add_argument("--head", type=int, help="head, 0-based (default: the mean over all heads)")
+    a.add_argument("--size", help="WIDTHxHEIGHT in inches (default: grows with the sentence)")
+    a.add_argument("--dpi", type=float, default=100, help="pixels per inch (default: 100)")
+    a.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    a.set_defaults(run=_run_plot_attention)
+
+
+def _run_plot_mask(args) -> int:
+    from seq2seq.plots import mask_for_kind, mask_title, parse_size, plot_mask
+
+    shape = dict(
+        window=args.window, block_size=args.block, prev_blocks=args.prev_blocks, pad=args.pad
+    )
+    mask = mask_for_kind(args.kind, args.length, **shape)
+    title = mask_title(args.kind, args.length, **shape)
+    path = plot_mask(mask, title=title, path=args.output, size=parse_size(args.size), dpi=args.dpi)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def _run_plot_attention(args) -> int:
+    from seq2seq.modeldir import load_model_dir
+    from seq2seq.plots import attention_maps, check_png_output, parse_size, plot_attention
+
+    size = parse_size(args.size) if args.size else None
+    check_png_output(args.output, args.dpi)
+    loaded = load_model_dir(args.model_dir, device=args.device)
+    maps = attention_maps(loaded, args.text, layer=args.layer, head=args.head, target=args.target)
+    path = plot_attention(maps, args.output, size=size, dpi=args.dpi)
+    print(f"{maps.source}\t{maps.translation}")
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+_SUBCOMMANDS.append(_plot)
+
+
+# ---- translate / evaluate (seq2seq/translate.py, seq2seq/evaluate.py) ----
+
+
+def _add_search_args(p: argparse.ArgumentParser) -> None:
+    """Search and engine options shared by translate and evaluate (unset: the model's config)."""
+    g = p.add_argument_group("search (unset options keep the model's config.yaml decoding values)")
+    method = g.add_mutually_exclusive_group()
+    method.add_argument("--beam", type=int, metavar="K", help="beam search with beam size K")
+    method.add_argument("--greedy", action="store_true", help="greedy search")
+    method.add_argument(
+        "--sample", action="store_true", help="sampling (--temperature, --top-k, --top-p, --seed)"
+    )
+    g.add_argument("--nbest", type=int, metavar="N", help="N hypotheses per line (beam, sample)")
+    g.add_argument("--len-penalty", type=float, help="length normalization exponent")
+    g.add_argument("--min-len", type=int, help="minimum output tokens before EOS")
+    g.add_argument("--max-len-a", type=float, help="max output tokens = a * src_len + b")
+    g.add_argument("--max-len-b", type=int, help="max output tokens = a * src_len + b")
+    g.add_argument("--no-repeat-ngram", type=int, metavar="N", help="never repeat an N-gram")
+    g.add_argument("--unk-penalty", type=float, help="subtracted from the unknown token's log-prob")
+    g.add_argument("--temperature", type=float, help="sampling temperature")
+    g.add_argument("--top-k", type=int, help="sample among the K best tokens (0: all)")
+    g.add_argument("--top-p", type=float, help="nucleus sampling mass (1: all)")
+    g.add_argument("--seed", type=int, help="sampling seed")
+    g.add_argument("--max-tokens", type=int, help="source tokens per batch, padding included")
+    p.add_argument("--engine", default="torch", help="inference engine (default: torch)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+
+
+def _search_overrides(args: argparse.Namespace) -> dict:
+    method = None
+    if args.beam is not None:
+        method = "beam"
+    elif args.greedy:
+        method = "greedy"
+    elif args.sample:
+        method = "sample"
+    return dict(
+        method=method,
+        beam_size=args.beam,
+        nbest=args.nbest,
+        len_penalty=args.len_penalty,
+        min_len=args.min_len,
+        max_len_a=args.max_len_a,
+        max_len_b=args.max_len_b,
+        no_repeat_ngram=args.no_repeat_ngram,
+        unk_penalty=args.unk_penalty,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_tokens=args.max_tokens,
+    )
+
+
+def _warn(command: str):
+    def warn(message: str) -> None:
+        print(f"seq2seq {command}: warning: {message}", file=sys.stderr, flush=True)
+
+    return warn
+
+
+def _translate(sub) -> None:
+    p = _add(
+        sub,
+        "translate",
+        "Translate text line by line with a model directory.\n\n"
+        "Reads FILE or standard input and writes one output line per input line (an empty\n"
+        "line gives an empty line). Lines are translated as soon as they arrive: typed lines\n"
+        "one at a time, files and pipes in batches. With --nbest N > 1 each input line gives N\n"
+        "lines `LINE ||| TEXT ||| SCORE` (LINE: 1-based input line number; SCORE: length-\n"
+        "normalized log-probability; best first). Over-long lines are truncated to the\n"
+        "model's max positions, with a warning naming the line. With -o FILE the output is\n"
+        "written to FILE.partial and renamed to FILE only once complete; --resume continues\n"
+        "an interrupted FILE.partial, skipping the input lines it already holds.",
+        "echo 'A man rides a bike.' | seq2seq translate runs/multi30k_small\n"
+        "seq2seq translate runs/multi30k_small -i test.en -o test.de --beam 5 --max-tokens 8000\n"
+        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4",
+    )
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
+    p.add_argument("-i", "--input", default="-", metavar="FILE", help="input text (- = stdin)")
+    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    p.add_argument(
+        "--resume", action="store_true", help="with -o: continue an interrupted FILE.partial"
+    )
+    p.add_argument(
+        "--buffer-lines",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="at most N already-available lines translated together (default: 1000)",
+    )
+    _add_search_args(p)
+    p.set_defaults(run=_run_translate)
+
+
+def _run_translate(args) -> int:
+    from pathlib import Path
+
+    from seq2seq.translate import Translator, open_lines, translate_stream
+
+    if args.resume and not args.output:
+        raise UserError("--resume needs -o FILE")
+    if args.buffer_lines < 1:
+        raise UserError(f"--buffer-lines must be >= 1, got {args.buffer_lines}")
+    reader = open_lines(args.input)
+    translator = Translator.load(
+        args.model_dir, device=args.device, engine=args.engine, **_search_overrides(args)
+    )
+    translate_stream(
+        translator,
+        reader,
+        stdout=sys.stdout.buffer,
+        output=Path(args.output) if args.output else None,
+        resume=args.resume,
+        buffer_lines=args.buffer_lines,
+        warn=_warn("translate"),
+    )
+    return 0
+
+
+_SUBCOMMANDS.append(_translate)
+
+
+def _evaluate(sub) -> None:
+    p = _add(
+        sub,
+        "evaluate",
+        "Translate a test set and score it with sacreBLEU (BLEU, chrF, TER, with signatures).\n\n"
+        "The test set is a corpus split (defaults: the model's data.corpus, data.pair,\n"
+        "data.test_splits[0], data.variant) or --src/--ref files. Writes OUT_DIR/NAME.hyp\n"
+        "(the hypotheses) and OUT_DIR/NAME.json (scores, signatures, options).\n"
+        "--tokenized-lc scores like papers on lowercased tokenized references (sacreBLEU\n"
+        "tokenize=none, lowercase): use it with a model trained on the tok variant.",
+        "seq2seq evaluate runs/multi30k_small --corpus multi30k --pair en-de "
+        "--split test_2016_flickr\n"
+        "seq2seq evaluate runs/m30k_tok --variant tok --tokenized-lc\n"
+        "seq2seq evaluate runs/multi30k_small --src test.en --ref test.de --beam 5",
+    )
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
+    p.add_argument("--corpus", help="registered corpus (default: the model's data.corpus)")
+    p.add_argument("--pair", help="language pair, e.g. en-de (default: the model's data.pair)")
+    p.add_argument("--split", help="split, e.g. test_2016_flickr (default: data.test_splits[0])")
+    p.add_argument("--variant", choices=["raw", "tok"], help="corpus variant (default: the model's)")
+    p.add_argument(
+        "--mirror",
+        default=os.environ.get("SEQ2SEQ_MIRROR"),
+        help="offline corpus mirror (default: $SEQ2SEQ_MIRROR)",
+    )
+    p.add_argument("--cache-dir", help="corpus download cache")
+    p.add_argument("--src", metavar="FILE", help="source file (instead of a corpus split)")
+    p.add_argument("--ref", metavar="FILE", help="reference file, aligned with --src")
+    p.add_argument("--out-dir", metavar="DIR", help="outputs (default: MODEL_DIR/eval)")
+    p.add_argument(
+        "--tokenized-lc",
+        action="store_true",
+        help="score with sacreBLEU tokenize=none, lowercase (tokenized lowercased references)",
+    )
+    _add_search_args(p)
+    p.set_defaults(run=_run_evaluate)
+
+
+def _run_evaluate(args) -> int:
+    from seq2seq.evaluate import evaluate
+    from seq2seq.metrics import format_scores
+
+    result = evaluate(
+        args.model_dir,
+        src=args.src,
+        ref=args.ref,
+        corpus=args.corpus,
+        pair=args.pair,
+        split=args.split,
+        variant=args.variant,
+        mirror=args.mirror,
+        cache_dir=args.cache_dir,
+        out_dir=args.out_dir,
+        tokenized_lc=args.tokenized_lc,
+        device=args.device,
+        engine=args.engine,
+        warn=_warn("evaluate"),
+        **_search_overrides(args),
+    )
+    print(f"{result['src']} -> {result['hyp']} ({result['n_sentences']} sentences)")
+    print(format_scores(result["scores"]))
+    print(f"scores written to {result['json']}")
+    return 0
+
+
+_SUBCOMMANDS.append(_evaluate)
+
 # === end of subcommands ===
 
 

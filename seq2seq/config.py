@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -135,6 +136,8 @@ class TrainingConfig:
     max_time: str | None = None
     """Wall-clock limit ``DD:HH:MM:SS`` (None = unlimited)."""
     val_every_steps: int = 1000
+    save_every_steps: int = 0
+    """Periodic checkpoint every N optimizer steps (0 = every ``val_every_steps``)."""
     val_metric: str = "bleu"
     """Metric used for the best checkpoint and early stopping: ``bleu``, ``chrf`` or ``loss``."""
     val_method: str = "greedy"
@@ -237,6 +240,9 @@ def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
+_FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
 def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     """Check ``value`` against the annotation ``tp`` and convert where lossless (int -> float)."""
     origin = typing.get_origin(tp)
@@ -270,6 +276,8 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     elif tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
+        if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
     elif tp is str:
         if isinstance(value, str):
             return value
@@ -331,11 +339,26 @@ def _read_yaml(path: Path) -> dict:
     return data or {}
 
 
+def _field_type(key: str) -> Any:
+    """The annotation of a dotted key, or None when the key does not exist."""
+    cls: Any = ExperimentConfig
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return None
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return None
+        cls = hints[part]
+    return cls
+
+
 def _parse_override(item: str) -> tuple[str, Any]:
     if "=" not in item:
         raise ConfigError(f"override {item!r} must look like key.sub=value")
     key, raw = item.split("=", 1)
     key = key.strip()
+    if _field_type(key) in (str, str | None) and raw.strip().lower() not in ("null", "~"):
+        return key, raw  # a string field takes the text as written (YAML would read 1:00 as 60)
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

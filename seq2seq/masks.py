@@ -12,7 +12,7 @@ absolute position ``i + Lk - Lq``. (SDPA's ``is_causal=True`` is top-left aligne
 only used when Lq == Lk; see attention.py.)
 
 Worked example (tests/test_masks.py): scores [[2,1,3],[1,2,4],[2,0,1]] under the causal
-mask give softmax rows [1,0,0], [0.269,0.731,0], [0.787,0.107,0.107].
+mask give softmax rows [1,0,0], [0.269,0.731,0], [0.665,0.090,0.245].
 """
 
 from __future__ import annotations

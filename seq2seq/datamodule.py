@@ -1,0 +1,270 @@
+"""The LightningDataModule: corpus -> SentencePiece -> token stores -> token-bucket batches.
+
+Everything it makes lives in the experiment's ``work_dir``::
+
+    work_dir/spm.model                    (or spm.src.model + spm.tgt.model)
+    work_dir/data/text/{split}.{lang}     plain-text splits (registered corpora only)
+    work_dir/data/train/, data/valid/     binarized token stores (seq2seq.data.TokenStore)
+
+:meth:`~TranslationDataModule.prepare_data` (run once per node by Lightning) fetches the text,
+trains SentencePiece when its file(s) are missing and (re)builds the stores when they are out of
+date; :meth:`~TranslationDataModule.setup` (every process) only opens them.
+
+Epochs: Lightning 2 calls ``set_epoch`` on a dataloader's ``sampler`` but not on a custom
+``batch_sampler``, so the training :class:`~seq2seq.data.TokenBucketSampler` is given the
+trainer's ``current_epoch`` as its ``epoch_fn`` and reads it each time an epoch's iteration
+starts; no dataloader reloading is needed.
+
+Multi-device runs: each rank's sampler already yields its own shard, so the Trainer must be
+created with ``use_distributed_sampler=False`` (Lightning would otherwise try to wrap the batch
+sampler in a DistributedSampler). Validation is sharded the same way (length-ordered, shards
+padded by repeating a rank's own batches); ``Batch.index`` identifies each pair so gathered
+results can be deduplicated.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+from seq2seq.config import ExperimentConfig
+from seq2seq.corpora import parse_pair, prepare_corpus
+from seq2seq.data import (
+    TokenBucketSampler,
+    TokenStore,
+    build_store,
+    check_parallel,
+    collate,
+    iter_parallel,
+    read_parallel,
+)
+from seq2seq.errors import UserError
+from seq2seq.tokenizer import Tokenizer, model_files, train_tokenizer
+
+__all__ = ["TranslationDataModule"]
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class TranslationDataModule(pl.LightningDataModule):
+    """Training and validation batches of one experiment.
+
+    Attributes:
+        tokenizer: The experiment's :class:`Tokenizer` (after :meth:`setup`).
+        train_store: Training :class:`TokenStore` (after ``setup("fit")``).
+        valid_store: Validation :class:`TokenStore`.
+        train_sampler: The training :class:`TokenBucketSampler` (its ``set_start_batch`` resumes
+            mid-epoch).
+        valid_src_text: Validation source sentences, ``valid_src_text[i]`` is store pair ``i``.
+        valid_ref_text: Validation references (the text lines, stripped), for BLEU.
+    """
+
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        work_dir: str | Path,
+        *,
+        mirror: str | Path | None = None,
+        cache_dir: str | Path | None = None,
+    ) -> None:
+        """Set up paths only; nothing is read or written before :meth:`prepare_data`.
+
+        Args:
+            cfg: The experiment config (``cfg.data`` and ``cfg.training.seed`` are used).
+            work_dir: The experiment directory.
+            mirror: Offline corpus mirror (default ``$SEQ2SEQ_MIRROR``; see seq2seq.corpora).
+            cache_dir: Download cache (default ``$SEQ2SEQ_CACHE`` or ``~/.cache/seq2seq``).
+        """
+        super().__init__()
+        self.cfg = cfg
+        self.work_dir = Path(work_dir)
+        self.data_dir = self.work_dir / "data"
+        self.mirror = Path(mirror) if mirror is not None else None
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.src_lang, self.tgt_lang = parse_pair(cfg.data.pair)
+        self.tokenizer: Tokenizer | None = None
+        self.train_store: TokenStore | None = None
+        self.valid_store: TokenStore | None = None
+        self.train_sampler: TokenBucketSampler | None = None
+        self.valid_sampler: TokenBucketSampler | None = None
+        self.valid_src_text: list[str] = []
+        self.valid_ref_text: list[str] = []
+
+    # ---- files ----
+
+    def split_files(self, split: str) -> tuple[Path, Path]:
+        """Source and target text files of ``split`` (not created here).
+
+        With ``corpus: files`` the training and validation splits are ``train_prefix`` and
+        ``valid_prefix`` plus ``.{src_lang}`` / ``.{tgt_lang}``; any other split name is itself
+        taken as a prefix (so ``test_splits`` can list file prefixes).
+        """
+        d = self.cfg.data
+        if d.corpus == "files":
+            prefixes = {d.train_split: d.train_prefix, d.valid_split: d.valid_prefix}
+            prefix = prefixes.get(split, split)
+            if prefix is None:
+                key = "train_prefix" if split == d.train_split else "valid_prefix"
+                raise UserError(f"data.corpus is files, so data.{key} must be set")
+            return Path(f"{prefix}.{self.src_lang}"), Path(f"{prefix}.{self.tgt_lang}")
+        text_dir = self.data_dir / "text"
+        return text_dir / f"{split}.{self.src_lang}", text_dir / f"{split}.{self.tgt_lang}"
+
+    def _fetch(self, splits: list[str]) -> None:
+        d = self.cfg.data
+        if d.corpus == "files":
+            for split in splits:
+                for path in self.split_files(split):
+                    if not path.is_file():
+                        raise UserError(f"{split} file not found: {path}")
+            return
+        prepare_corpus(
+            d.corpus,
+            d.pair,
+            self.data_dir / "text",
+            variant=d.variant,
+            splits=splits,
+            cache_dir=self.cache_dir,
+            mirror=self.mirror,
+            log=_stderr,
+        )
+
+    def test_files(self, split: str) -> tuple[Path, Path]:
+        """Fetch a test split's text (when a registered corpus) and return its two files."""
+        self._fetch([split])
+        return self.split_files(split)
+
+    # ---- Lightning hooks ----
+
+    def prepare_data(self) -> None:
+        """Fetch train/valid text, train SentencePiece if missing, build (or reuse) the stores."""
+        d = self.cfg.data
+        self._fetch([d.train_split, d.valid_split])
+        train_src, train_tgt = self.split_files(d.train_split)
+        valid_src, valid_tgt = self.split_files(d.valid_split)
+        if not all(p.is_file() for p in model_files(self.work_dir, joint=d.joint_vocab)):
+            self._train_tokenizer(train_src, train_tgt)
+        tokenizer = Tokenizer.load(self.work_dir, joint=d.joint_vocab)
+        build_store(
+            self.data_dir / "train",
+            train_src,
+            train_tgt,
+            tokenizer,
+            split=d.train_split,
+            train=True,
+            max_len=d.max_len,
+            max_ratio=d.max_ratio,
+            limit=d.max_train_pairs,
+            log=_stderr,
+        )
+        build_store(
+            self.data_dir / "valid",
+            valid_src,
+            valid_tgt,
+            tokenizer,
+            split=d.valid_split,
+            train=False,
+            limit=d.max_valid_pairs,
+            log=_stderr,
+        )
+
+    def _train_tokenizer(self, train_src: Path, train_tgt: Path) -> None:
+        """SentencePiece on the training split only (its first ``max_train_pairs`` pairs)."""
+        d = self.cfg.data
+        options = {
+            "model_type": d.spm_type,
+            "vocab_size": d.vocab_size,
+            "joint": d.joint_vocab,
+            "character_coverage": d.character_coverage,
+            "max_sentences": d.spm_max_sentences,
+            "seed": self.cfg.training.seed,
+        }
+        if not d.max_train_pairs:
+            check_parallel(train_src, train_tgt)
+            train_tokenizer(train_src, train_tgt, self.work_dir, **options)
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=self.data_dir, prefix=".spm-input-") as tmp:
+            src_path, tgt_path = Path(tmp) / "train.src", Path(tmp) / "train.tgt"
+            with (
+                open(src_path, "w", encoding="utf-8") as fs,
+                open(tgt_path, "w", encoding="utf-8") as ft,
+            ):
+                for _, src, tgt in iter_parallel(train_src, train_tgt, limit=d.max_train_pairs):
+                    fs.write(src + "\n")
+                    ft.write(tgt + "\n")
+            train_tokenizer(src_path, tgt_path, self.work_dir, **options)
+
+    def _open_store(self, name: str, fingerprint: str) -> TokenStore:
+        store = TokenStore(self.data_dir / name)
+        if store.fingerprint != fingerprint:
+            raise UserError(
+                f"{store.path} was built with another SentencePiece model; run prepare_data again"
+            )
+        return store
+
+    def setup(self, stage: str | None = None) -> None:
+        """Open the tokenizer and stores, read the validation text and build the samplers."""
+        d = self.cfg.data
+        self.tokenizer = Tokenizer.load(self.work_dir, joint=d.joint_vocab)
+        fingerprint = self.tokenizer.fingerprint()
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        if stage in (None, "fit"):
+            self.train_store = self._open_store("train", fingerprint)
+            epoch_fn = (lambda: self.trainer.current_epoch) if trainer is not None else None
+            self.train_sampler = TokenBucketSampler(
+                self.train_store.src_lens + 1,  # + EOS
+                self.train_store.tgt_lens + 2,  # + BOS, EOS
+                max_tokens=d.max_tokens,
+                seed=self.cfg.training.seed,
+                shuffle=True,
+                num_replicas=world,
+                rank=rank,
+                bucket_width=d.bucket_width,
+                epoch_fn=epoch_fn,
+            )
+        if stage in (None, "fit", "validate"):
+            self.valid_store = self._open_store("valid", fingerprint)
+            valid_src, valid_tgt = self.split_files(d.valid_split)
+            text = read_parallel(valid_src, valid_tgt, limit=d.max_valid_pairs, split=d.valid_split)
+            if text.lines != self.valid_store.lines.tolist():
+                raise UserError(
+                    f"{self.valid_store.path} does not match {valid_src}; run prepare_data again"
+                )
+            self.valid_src_text, self.valid_ref_text = text.src, text.tgt
+            self.valid_sampler = TokenBucketSampler(
+                self.valid_store.src_lens + 1,
+                self.valid_store.tgt_lens + 2,
+                max_tokens=d.max_tokens,
+                seed=0,
+                shuffle=False,
+                num_replicas=world,
+                rank=rank,
+            )
+
+    def _loader(self, store: TokenStore | None, sampler: TokenBucketSampler | None) -> DataLoader:
+        if store is None or sampler is None:
+            raise UserError("the datamodule is not set up: call prepare_data() and setup() first")
+        workers = self.cfg.data.num_workers
+        return DataLoader(
+            store,
+            batch_sampler=sampler,
+            collate_fn=collate,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        """Token-bucket batches of the training store, reshuffled every epoch."""
+        return self._loader(self.train_store, self.train_sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        """Validation batches in length order (``Batch.index`` maps back to ``valid_*_text``)."""
+        return self._loader(self.valid_store, self.valid_sampler)

@@ -1,0 +1,448 @@
+"""Engines over exported models: CTranslate2 and ONNX Runtime (see seq2seq/export.py).
+
+Both implement the :class:`seq2seq.translate.Engine` protocol (``translate_ids(src, opts)``),
+so ``seq2seq translate --engine ctranslate2|onnx EXPORT_DIR`` has the same options and output
+as the torch engine. MODEL_DIR is then the exported folder (it holds the SentencePiece model(s)
+and config.yaml with the decoding defaults).
+
+:class:`OnnxEngine` runs seq2seq's own search (seq2seq.search) over the exported graphs: its
+step function feeds the last token and the KV cache to an onnxruntime session and the reorder
+function is a numpy ``take`` on the cached arrays. Scores, n-best, length penalty, min/max
+length, n-gram blocking and the unk penalty therefore behave exactly as with the torch engine.
+
+:class:`CTranslate2Engine` maps :class:`~seq2seq.translate.SearchOptions` to CTranslate2's
+``translate_batch``. Same: beam size, n-best, max length (``max_len_a * src_len +
+max_len_b``, per sentence), ``min_len``, sampling (temperature, top-k, top-p, seed, though
+the random streams differ from torch's). Differences, measured against the torch engine:
+
+- Scores. CTranslate2 normalizes like fairseq (the sum of the token log-probabilities, EOS
+  included, divided by ``len ** length_penalty`` with len counting EOS, not the start token),
+  except at steps where ``min_len`` forbids EOS: CTranslate2 renormalizes the distribution
+  without EOS, fairseq just drops EOS. So a CTranslate2 score is higher by ``-log(1 - p(EOS
+  at step 0)) / len ** len_penalty`` (with ``min_len=1``), usually well below 0.01. The
+  ranking of the hypotheses of one sentence is unaffected for ``len_penalty = 0`` and barely
+  affected otherwise. ``exact_scores=True`` rescores the hypotheses with the model
+  (``score_batch``) and reports fairseq's scores and per-token log-probabilities (otherwise
+  ``token_scores`` is empty, as CTranslate2 does not return them).
+- A hypothesis that reaches its max length ends there (CTranslate2 forces no EOS); the
+  engine appends EOS to its tokens, as the torch engine's forced EOS would.
+- ``no_repeat_ngram``: CTranslate2 does not count the start token in n-grams (fairseq does).
+- ``unk_penalty``: only 0 (off) or ``inf`` (never produce unk, CTranslate2's ``disable_unk``).
+- The pad token is suppressed, as in seq2seq.search.
+
+Threads: both engines use ``torch.get_num_threads()`` intra-op threads (``seq2seq translate
+--threads`` sets it), so every engine runs with the same CPU budget.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from seq2seq.errors import UserError
+from seq2seq.export import DECODER_FILE, ENCODER_FILE, ExportError, read_export_info
+from seq2seq.search import Hypothesis, beam_search, greedy_search, sample
+from seq2seq.translate import LoadedEngine, SearchOptions, max_target_lens
+
+__all__ = [
+    "CTranslate2Engine",
+    "OnnxEngine",
+    "OnnxState",
+    "load_ctranslate2",
+    "load_onnx",
+    "run_search",
+]
+
+
+def _threads(threads: int | None) -> int:
+    return torch.get_num_threads() if threads is None else threads
+
+
+# ---------------------------------------------------------------------------------------------
+# seq2seq.search over any step function (the ONNX engine's; also usable for others)
+
+
+def run_search(
+    step,
+    reorder,
+    state,
+    src: list[list[int]],
+    opts: SearchOptions,
+    *,
+    max_positions: int,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    unk_id: int,
+) -> list[list[Hypothesis]]:
+    """Run the search ``opts`` names over ``step``/``reorder`` from ``state`` (B rows).
+
+    ``src`` only gives the source lengths (for the max length). Sampling with ``nbest`` > 1
+    must be handled by the caller (replicate the rows), as the torch engine does.
+    """
+    max_lens = torch.tensor(max_target_lens([len(s) for s in src], opts, max_positions))  # (B,)
+    common = dict(
+        batch_size=len(src),
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        max_lens=max_lens,
+        min_len=opts.min_len,
+        len_penalty=opts.len_penalty,
+        no_repeat_ngram=opts.no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=opts.unk_penalty,
+    )
+    if opts.method == "beam":
+        return beam_search(step, reorder, state, beam_size=opts.beam_size, nbest=opts.nbest, **common)
+    if opts.method == "greedy":
+        return [[h] for h in greedy_search(step, reorder, state, **common)]
+    hyps = sample(
+        step,
+        reorder,
+        state,
+        temperature=opts.temperature,
+        top_k=opts.top_k,
+        top_p=opts.top_p,
+        seed=opts.seed,
+        **common,
+    )
+    return [[h] for h in hyps]
+
+
+def _with_sampled_nbest(search, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    """``nbest`` independent samples per sentence (rows replicated), best score first."""
+    if not (opts.method == "sample" and opts.nbest > 1):
+        return search(src)
+    rows = [s for s in src for _ in range(opts.nbest)]
+    flat = search(rows)
+    groups = [flat[i : i + opts.nbest] for i in range(0, len(flat), opts.nbest)]
+    return [sorted((h for g in grp for h in g), key=lambda h: -h.score) for grp in groups]
+
+
+# ---------------------------------------------------------------------------------------------
+# ONNX Runtime
+
+
+@dataclass
+class OnnxState:
+    """Decoding state of the ONNX engine: numpy arrays, one row per hypothesis.
+
+    Attributes:
+        src_pad: (N, S) bool, True at source padding.
+        cross: per decoder layer K then V, each (N, H, S, Dh) float32.
+        self_kv: per decoder layer K then V of the target positions so far, each (N, H, t', Dh).
+        position: absolute position of the next target token.
+    """
+
+    src_pad: np.ndarray
+    cross: list[np.ndarray]
+    self_kv: list[np.ndarray]
+    position: int = 0
+
+    def reorder(self, index: Tensor) -> OnnxState:
+        """Rows ``index`` (M,) of every array: beam expansion, reordering, dropping."""
+        idx = index.cpu().numpy()
+        return OnnxState(
+            src_pad=self.src_pad.take(idx, axis=0),
+            cross=[a.take(idx, axis=0) for a in self.cross],
+            self_kv=[a.take(idx, axis=0) for a in self.self_kv],
+            position=self.position,
+        )
+
+
+class OnnxEngine:
+    """seq2seq.search over the exported ONNX encoder and KV-cached decoder step.
+
+    Args:
+        export_dir: a folder written by ``seq2seq export --format onnx``.
+        threads: onnxruntime intra-op threads (None: ``torch.get_num_threads()``).
+        providers: onnxruntime execution providers (default: CPU).
+    """
+
+    def __init__(
+        self,
+        export_dir: str | Path,
+        *,
+        threads: int | None = None,
+        providers: list[str] | None = None,
+    ) -> None:
+        import onnxruntime as ort
+
+        self.export_dir = Path(export_dir)
+        self.info = read_export_info(self.export_dir, engine="onnx")
+        special = self.info["special_ids"]
+        self.pad_id, self.unk_id = special["pad"], special["unk"]
+        self.bos_id, self.eos_id = special["bos"], special["eos"]
+        model = self.info["model"]
+        self.max_positions = model["max_positions"]
+        self.n_layers = model["n_decoder_layers"]
+        self.n_heads, self.d_head = model["n_heads"], model["d_head"]
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = _threads(threads)
+        opts.inter_op_num_threads = 1
+        opts.log_severity_level = 3
+        providers = providers or ["CPUExecutionProvider"]
+        self.encoder = ort.InferenceSession(str(self.export_dir / ENCODER_FILE), opts, providers=providers)
+        self.decoder = ort.InferenceSession(str(self.export_dir / DECODER_FILE), opts, providers=providers)
+        self._cross_names = [f"cross_{kv}_{i}" for i in range(self.n_layers) for kv in "kv"]
+        self._self_names = [f"self_{kv}_{i}" for i in range(self.n_layers) for kv in "kv"]
+
+    def start_state(self, src: list[list[int]]) -> OnnxState:
+        """Run the encoder on padded ids: one state row per sentence."""
+        width = max(len(s) for s in src)
+        ids = np.full((len(src), width), self.pad_id, dtype=np.int64)  # (B, S)
+        for i, s in enumerate(src):
+            ids[i, : len(s)] = s
+        src_pad, *cross = self.encoder.run(None, {"src_ids": ids})
+        empty = np.zeros((len(src), self.n_heads, 0, self.d_head), dtype=np.float32)
+        return OnnxState(src_pad=src_pad, cross=cross, self_kv=[empty] * (2 * self.n_layers))
+
+    def step(self, prefix: Tensor, state: OnnxState) -> tuple[Tensor, OnnxState]:
+        """Log-probs (N, V) of the token after ``prefix`` (N, t); feeds the new token(s)."""
+        new = prefix[:, state.position :].cpu().numpy()  # (N, t_new), normally t_new = 1
+        self_kv, position = state.self_kv, state.position
+        log_probs = None
+        for j in range(new.shape[1]):
+            feed = {
+                "tokens": np.ascontiguousarray(new[:, j : j + 1], dtype=np.int64),
+                "position": np.array(position, dtype=np.int64),
+                "src_pad": state.src_pad,
+            }
+            feed.update(zip(self._self_names, self_kv))
+            feed.update(zip(self._cross_names, state.cross))
+            log_probs, *self_kv = self.decoder.run(None, feed)
+            position += 1
+        if log_probs is None:
+            raise ValueError("step() needs at least one new token in the prefix")
+        new_state = OnnxState(
+            src_pad=state.src_pad, cross=state.cross, self_kv=self_kv, position=position
+        )
+        return torch.from_numpy(log_probs), new_state
+
+    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+        """See :class:`seq2seq.translate.Engine`."""
+        if not src:
+            return []
+        return _with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
+
+    def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+        return run_search(
+            self.step,
+            _reorder,
+            self.start_state(src),
+            src,
+            opts,
+            max_positions=self.max_positions,
+            pad_id=self.pad_id,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+            unk_id=self.unk_id,
+        )
+
+
+def _reorder(state, index: Tensor):
+    return state.reorder(index)
+
+
+# ---------------------------------------------------------------------------------------------
+# CTranslate2
+
+
+def _ct2_vocabularies(export_dir: Path) -> tuple[list[str], list[str]]:
+    shared = export_dir / "shared_vocabulary.json"
+    if shared.is_file():
+        tokens = json.loads(shared.read_text(encoding="utf-8"))
+        return tokens, tokens
+    src = json.loads((export_dir / "source_vocabulary.json").read_text(encoding="utf-8"))
+    tgt = json.loads((export_dir / "target_vocabulary.json").read_text(encoding="utf-8"))
+    return src, tgt
+
+
+def _ct2_device(device: str) -> tuple[str, int]:
+    dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise UserError(f"the ctranslate2 engine runs on cpu or cuda, not {device!r}")
+    return dev.type, dev.index or 0
+
+
+class CTranslate2Engine:
+    """Search with CTranslate2's ``Translator.translate_batch`` (see the module docstring).
+
+    Args:
+        export_dir: a folder written by ``seq2seq export --format ctranslate2``.
+        device: ``cpu``, ``cuda`` or ``cuda:N``.
+        threads: intra-op threads (None: ``torch.get_num_threads()``).
+        compute_type: CTranslate2 compute type (``default`` keeps the exported weight type).
+        exact_scores: rescore the hypotheses with the model to report fairseq's scores and
+            per-token log-probabilities (costs one teacher-forced pass).
+    """
+
+    def __init__(
+        self,
+        export_dir: str | Path,
+        *,
+        device: str = "cpu",
+        threads: int | None = None,
+        compute_type: str = "default",
+        exact_scores: bool = False,
+    ) -> None:
+        import ctranslate2
+
+        self.export_dir = Path(export_dir)
+        self.info = read_export_info(self.export_dir, engine="ctranslate2")
+        special = self.info["special_ids"]
+        self.pad_id, self.unk_id = special["pad"], special["unk"]
+        self.bos_id, self.eos_id = special["bos"], special["eos"]
+        self.max_positions = self.info["model"]["max_positions"]
+        self.src_vocab, self.tgt_vocab = _ct2_vocabularies(self.export_dir)
+        self.tgt_index = {piece: i for i, piece in enumerate(self.tgt_vocab)}
+        self.exact_scores = exact_scores
+        dev, index = _ct2_device(device)
+        try:
+            self.translator = ctranslate2.Translator(
+                str(self.export_dir),
+                device=dev,
+                device_index=index,
+                compute_type=compute_type,
+                inter_threads=1,
+                intra_threads=_threads(threads),
+            )
+        except (RuntimeError, ValueError) as e:
+            raise ExportError(f"CTranslate2 cannot load {self.export_dir}: {e}") from None
+
+    def _options(self, opts: SearchOptions) -> dict:
+        if opts.unk_penalty not in (0.0, math.inf):
+            raise UserError(
+                f"the ctranslate2 engine supports unk_penalty 0 or inf only, got "
+                f"{opts.unk_penalty}; use --engine torch or onnx"
+            )
+        kwargs = dict(
+            min_decoding_length=opts.min_len,
+            no_repeat_ngram_size=opts.no_repeat_ngram,
+            disable_unk=opts.unk_penalty == math.inf,
+            suppress_sequences=[[self.tgt_vocab[self.pad_id]]],
+            max_input_length=0,
+            return_scores=True,
+            return_end_token=True,
+            length_penalty=opts.len_penalty,
+        )
+        if opts.method == "beam":
+            kwargs.update(beam_size=opts.beam_size, num_hypotheses=opts.nbest)
+        elif opts.method == "greedy":
+            kwargs.update(beam_size=1, num_hypotheses=1)
+        else:
+            kwargs.update(
+                beam_size=1,
+                num_hypotheses=1,
+                sampling_topk=opts.top_k,  # 0 = the whole vocabulary, as in seq2seq
+                sampling_topp=opts.top_p,
+                sampling_temperature=opts.temperature,
+            )
+        return kwargs
+
+    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+        """See :class:`seq2seq.translate.Engine`."""
+        if not src:
+            return []
+        if opts.method == "sample":
+            import ctranslate2
+
+            ctranslate2.set_random_seed(opts.seed)
+        return _with_sampled_nbest(lambda rows: self._translate(rows, opts), src, opts)
+
+    def _translate(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+        kwargs = self._options(opts)
+        # Sources end with EOS, which CTranslate2 appends itself (add_source_eos).
+        tokens = [[self.src_vocab[i] for i in (s[:-1] if s[-1] == self.eos_id else s)] for s in src]
+        # One call per max length: CTranslate2 takes one max_decoding_length per call, and the
+        # length limit is per sentence. max_lens counts EOS; CTranslate2's counts it too.
+        groups: dict[int, list[int]] = defaultdict(list)
+        limits = max_target_lens([len(s) for s in src], opts, self.max_positions)
+        for i, limit in enumerate(limits):
+            groups[limit].append(i)
+        out: list[list[Hypothesis]] = [[] for _ in src]
+        for limit, idx in groups.items():
+            results = self.translator.translate_batch(
+                [tokens[i] for i in idx], max_decoding_length=limit - 1, **kwargs
+            )
+            for i, result in zip(idx, results):
+                out[i] = [
+                    Hypothesis(tokens=self._ids(hyp), score=float(score), token_scores=[])
+                    for hyp, score in zip(result.hypotheses, result.scores)
+                ]
+        if self.exact_scores:
+            out = self._rescore(tokens, out, opts.len_penalty)
+        return out
+
+    def _ids(self, pieces: list[str]) -> list[int]:
+        ids = [self.tgt_index[p] for p in pieces]
+        if not ids or ids[-1] != self.eos_id:
+            ids.append(self.eos_id)  # ended at the max length: the torch engine forces EOS
+        return ids
+
+    def _rescore(
+        self, tokens: list[list[str]], hyps: list[list[Hypothesis]], len_penalty: float
+    ) -> list[list[Hypothesis]]:
+        """Replace CTranslate2's scores by fairseq's, from the model's token log-probs."""
+        flat = [(i, h) for i, sent in enumerate(hyps) for h in sent]
+        if not flat:
+            return hyps
+        results = self.translator.score_batch(
+            [tokens[i] for i, _ in flat],
+            [[self.tgt_vocab[t] for t in h.tokens[:-1]] for _, h in flat],
+            max_input_length=0,
+        )
+        out: list[list[Hypothesis]] = [[] for _ in hyps]
+        for (i, h), r in zip(flat, results):
+            lps = [float(x) for x in r.log_probs]
+            out[i].append(
+                Hypothesis(tokens=h.tokens, score=sum(lps) / len(lps) ** len_penalty, token_scores=lps)
+            )
+        return [sorted(sent, key=lambda h: -h.score) for sent in out]
+
+
+# ---------------------------------------------------------------------------------------------
+# Loaders for seq2seq.translate.ENGINES
+
+
+def _loaded(engine, export_dir: Path, info: dict) -> LoadedEngine:
+    from seq2seq.config import load_config
+    from seq2seq.tokenizer import Tokenizer
+
+    return LoadedEngine(
+        engine=engine,
+        tokenizer=Tokenizer.load(export_dir),
+        cfg=load_config(export_dir / "config.yaml"),
+        max_src_positions=info["model"]["max_positions"],
+    )
+
+
+def load_ctranslate2(model_dir: str | Path, *, device: str = "cpu") -> LoadedEngine:
+    """``model_dir`` is a CTranslate2 export folder (``seq2seq export --format ctranslate2``)."""
+    engine = CTranslate2Engine(model_dir, device=device)
+    return _loaded(engine, Path(model_dir), engine.info)
+
+
+def load_onnx(model_dir: str | Path, *, device: str = "cpu") -> LoadedEngine:
+    """``model_dir`` is an ONNX export folder (``seq2seq export --format onnx``)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        providers = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+        import onnxruntime as ort
+
+        if "CUDAExecutionProvider" not in ort.get_available_providers():
+            raise UserError("this onnxruntime has no CUDA support; use --device cpu")
+    elif dev.type == "cpu":
+        providers = ["CPUExecutionProvider"]
+    else:
+        raise UserError(f"the onnx engine runs on cpu or cuda, not {device!r}")
+    engine = OnnxEngine(model_dir, providers=providers)
+    return _loaded(engine, Path(model_dir), engine.info)

@@ -1,0 +1,669 @@
+"""Greedy, beam and sampling search over a step function; knows nothing about the model.
+
+The model is seen only through three callables:
+
+- ``step(prefix, state) -> (log_probs, state)``: ``prefix`` (N, t+1) holds the token ids so far,
+  start token (BOS) first; ``log_probs`` (N, V) are normalized log-probabilities of the next
+  token. A KV-cached decoder reads only ``prefix[:, -1]``; the whole prefix is passed so that a
+  cache-less step works too.
+- ``reorder(state, index) -> state``: keeps the rows ``index`` (M,) of the state, in that order.
+  M may be larger than N (expanding sentences to beams), equal (reordering beams) or smaller
+  (dropping finished sentences, which then stop costing compute).
+- optional ``attention(state) -> (N, S)``: the cross-attention weights of the last step, for
+  alignment plots. When given, every hypothesis carries its (len, S) attention rows.
+
+Shape letters (see DESIGN.md): B sentences, K beam size, V vocabulary, S source length,
+N rows the step function sees (B*K for beam search, B otherwise, shrinking as sentences
+finish), Ba sentences still being decoded, t tokens generated so far (BOS not counted).
+
+Scoring follows fairseq's ``SequenceGenerator`` (details in :func:`beam_search`). The one
+deliberate difference is the meaning of ``max_lens``: here it bounds the hypothesis length
+*including* EOS (at most ``max_len`` tokens), whereas fairseq allows ``max_len`` tokens plus
+EOS; ``max_lens = m`` here is fairseq's ``max_len = m - 1``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+from torch import Tensor
+
+from seq2seq.errors import UserError
+
+__all__ = [
+    "AttentionFn",
+    "Hypothesis",
+    "ReorderFn",
+    "StepFn",
+    "beam_search",
+    "greedy_search",
+    "sample",
+]
+
+State = TypeVar("State")
+StepFn = Callable[[Tensor, State], tuple[Tensor, State]]
+"""``step(prefix (N, t+1), state) -> (log_probs (N, V), state)``."""
+ReorderFn = Callable[[State, Tensor], State]
+"""``reorder(state, index (M,)) -> state`` with the rows ``index`` of ``state``."""
+AttentionFn = Callable[[State], Tensor]
+"""``attention(state) -> (N, S)`` cross-attention weights of the last step."""
+
+_NEG_INF = -math.inf
+
+
+@dataclass
+class Hypothesis:
+    """One finished output sequence.
+
+    Attributes:
+        tokens: generated token ids, EOS included (last) when the hypothesis ended with EOS;
+            never the start token. Every search here ends every hypothesis with EOS.
+        score: ``sum(token_scores) / len(tokens) ** len_penalty`` (fairseq normalization).
+        token_scores: log-probability of each generated token as it entered the score (after
+            the unk penalty; for sampling, under the temperature-scaled distribution).
+        attention: (len(tokens), S) cross-attention rows, row i from the step that produced
+            ``tokens[i]``, on the CPU; None unless an ``attention`` callable was given. S is the
+            source length the step sees (the batch's padded length): trim to the sentence's own.
+    """
+
+    tokens: list[int]
+    score: float
+    token_scores: list[float]
+    attention: Tensor | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared rules: option checks and the log-prob constraints every search applies
+
+
+def _check_options(
+    *, batch_size: int, min_len: int, no_repeat_ngram: int, len_penalty: float
+) -> None:
+    if batch_size < 0:
+        raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+    if min_len < 0:
+        raise UserError(f"decoding.min_len must be >= 0, got {min_len}")
+    if no_repeat_ngram < 0:
+        raise UserError(f"decoding.no_repeat_ngram must be >= 0, got {no_repeat_ngram}")
+    if not math.isfinite(len_penalty):
+        raise UserError(f"decoding.len_penalty must be a finite number, got {len_penalty}")
+
+
+def _max_lens_tensor(max_lens: Tensor | int, batch_size: int, device: torch.device) -> Tensor:
+    """Per-sentence max lengths as a (B,) long tensor on ``device``; non-integers are floored."""
+    if isinstance(max_lens, Tensor):
+        if max_lens.shape != (batch_size,):
+            raise ValueError(
+                f"max_lens has shape {tuple(max_lens.shape)}, expected ({batch_size},)"
+            )
+        out = max_lens.to(device).floor().long() if max_lens.is_floating_point() else max_lens
+        out = out.to(device=device, dtype=torch.long)
+    else:
+        out = torch.full((batch_size,), int(max_lens), dtype=torch.long, device=device)
+    if batch_size and int(out.min()) < 1:
+        raise UserError(
+            f"max length must be >= 1 for every sentence (got {int(out.min())}); "
+            "raise decoding.max_len_a / decoding.max_len_b"
+        )
+    return out
+
+
+def _device(max_lens: Tensor | int, device: torch.device | str | None) -> torch.device:
+    if device is not None:
+        return torch.device(device)
+    return max_lens.device if isinstance(max_lens, Tensor) else torch.device("cpu")
+
+
+def _ngram_ban(prefix: Tensor, n: int, vocab_size: int) -> Tensor | None:
+    """Tokens that would repeat an n-gram of ``prefix`` (BOS included, as fairseq does).
+
+    Args:
+        prefix: (N, L) token ids, BOS first.
+        n: n-gram size (>= 1).
+        vocab_size: V.
+
+    Returns:
+        (N, V) bool, True where the token would complete an n-gram already in the row; None when
+        the prefix is shorter than n (nothing can repeat yet).
+    """
+    rows, length = prefix.shape
+    if length < n:
+        return None
+    grams = prefix.unfold(1, n, 1)  # (N, L-n+1, n) every n-gram of the prefix
+    key = prefix[:, length - n + 1 :]  # (N, n-1) the last n-1 tokens
+    match = (grams[:, :, :-1] == key[:, None, :]).all(-1)  # (N, L-n+1) n-grams starting like key
+    banned = grams[:, :, -1].masked_fill(~match, vocab_size)  # (N, L-n+1); V = "no ban" column
+    ban = torch.zeros(rows, vocab_size + 1, dtype=torch.bool, device=prefix.device)
+    ban.scatter_(1, banned, True)
+    return ban[:, :vocab_size]  # (N, V)
+
+
+def _constrain(
+    log_probs: Tensor,
+    prefix: Tensor,
+    max_lens: Tensor,
+    *,
+    eos_id: int,
+    pad_id: int,
+    min_len: int,
+    no_repeat_ngram: int,
+    unk_id: int | None,
+    unk_penalty: float,
+) -> Tensor:
+    """Apply the search rules to one step's log-probabilities (a new tensor; input untouched).
+
+    In fairseq's order: NaN -> -inf; pad never chosen; ``unk_penalty`` subtracted from unk;
+    n-gram repeats -> -inf; EOS forbidden while fewer than ``min_len`` tokens were generated;
+    rows at their max length may only emit EOS. The forced EOS wins over ``min_len`` (fairseq
+    would leave no token at all there; it asserts ``min_len <= max_len`` instead).
+
+    Args:
+        log_probs: (N, V) from the step function; half precision is promoted to float32.
+        prefix: (N, t+1) tokens so far, BOS first.
+        max_lens: (N,) max length (EOS included) of each row's sentence.
+
+    Returns:
+        (N, V) constrained log-probabilities.
+    """
+    if log_probs.dtype in (torch.float16, torch.bfloat16):
+        log_probs = log_probs.float()
+    lp = log_probs.masked_fill(log_probs.isnan(), _NEG_INF)  # (N, V), a copy
+    vocab_size = lp.size(1)
+    lp[:, pad_id] = _NEG_INF
+    if unk_id is not None and unk_penalty:
+        lp[:, unk_id] -= unk_penalty
+    if no_repeat_ngram > 0:
+        ban = _ngram_ban(prefix, no_repeat_ngram, vocab_size)
+        if ban is not None:
+            lp = lp.masked_fill(ban, _NEG_INF)
+    generated = prefix.size(1) - 1
+    eos_lp = lp[:, eos_id].clone()  # (N,) kept for the forced rows
+    if generated < min_len:
+        lp[:, eos_id] = _NEG_INF
+    forced = generated + 1 >= max_lens  # (N,) the next token is the last allowed one
+    if bool(forced.any()):
+        only_eos = torch.full_like(lp, _NEG_INF)
+        only_eos[:, eos_id] = eos_lp
+        lp = torch.where(forced[:, None], only_eos, lp)
+    return lp
+
+
+# ---------------------------------------------------------------------------------------------
+# Beam search
+
+
+def beam_search(
+    step: StepFn,
+    reorder: ReorderFn,
+    state: State,
+    *,
+    batch_size: int,
+    beam_size: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_lens: Tensor | int,
+    min_len: int = 1,
+    len_penalty: float = 1.0,
+    nbest: int = 1,
+    no_repeat_ngram: int = 0,
+    unk_id: int | None = None,
+    unk_penalty: float = 0.0,
+    attention: AttentionFn | None = None,
+    device: torch.device | str | None = None,
+) -> list[list[Hypothesis]]:
+    """Beam search with fairseq's ``SequenceGenerator`` semantics, vectorized over sentences.
+
+    Each step takes, per sentence, the top 2K (beam, token) continuations by cumulative
+    log-probability. Those ending in EOS among the first K are finalized, with score
+    ``cumulative / len ** len_penalty`` (len = generated tokens including EOS, BOS not counted);
+    the first K continuations that do not end in EOS form the next beams. A sentence is finished
+    once K hypotheses were finalized (extra EOS candidates of that step, lower in cumulative
+    score, are dropped, as in fairseq) or when it reaches its max length; its rows are then
+    dropped through ``reorder``. The returned n-best are the finalized hypotheses sorted by
+    normalized score. The length penalty therefore only ranks finalized hypotheses; it never
+    changes which ones are found (fairseq behaves the same).
+
+    Other rules (fairseq's): the pad token is never produced; ``unk_penalty`` is subtracted from
+    the unk token's log-prob and that penalized value is what enters the score; EOS is forbidden
+    while fewer than ``min_len`` tokens were generated (1: no empty output); with
+    ``no_repeat_ngram`` = n > 0 a token that would complete an n-gram already present in the
+    hypothesis is forbidden, where the hypothesis includes the start token (so with n = 1 the
+    BOS token itself can never be produced; with n >= 2 n-grams starting at BOS never repeat).
+
+    Departures from fairseq:
+        - ``max_lens`` counts EOS: a hypothesis has at most ``max_len`` tokens including EOS
+          (EOS is forced when ``max_len - 1`` tokens were generated). fairseq's ``max_len`` counts
+          the tokens before EOS. Each sentence has its own max length (fairseq: one per batch).
+        - Where the forced EOS and ``min_len`` conflict, the forced EOS wins.
+        - Candidates of score -inf are never finalized, and EOS never continues a beam (fairseq
+          may carry a -inf EOS candidate as a dead beam). A sentence whose hypotheses all have
+          probability zero returns fewer than ``nbest`` hypotheses (possibly none).
+
+    Args:
+        step: the step function (see the module docstring).
+        reorder: selects rows of the state.
+        state: the initial state, one row per sentence (B rows); expanded here to B*K rows with
+            ``reorder(state, arange(B).repeat_interleave(K))``, beams of a sentence adjacent.
+        batch_size: B.
+        beam_size: K.
+        bos_id: the start token placed at ``prefix[:, 0]``.
+        eos_id: the end-of-sentence token.
+        pad_id: the padding token (never generated).
+        max_lens: (B,) or an int: max hypothesis length per sentence, EOS included
+            (callers compute ``max_len_a * src_len + max_len_b``); floats are floored.
+        min_len: EOS is forbidden while fewer than this many tokens were generated.
+        len_penalty: exponent of the length normalization (0: unnormalized sum).
+        nbest: hypotheses returned per sentence (<= beam_size).
+        no_repeat_ngram: n-gram size that may not repeat (0: off).
+        unk_id: the unknown token, for ``unk_penalty``.
+        unk_penalty: subtracted from the unk token's log-prob (positive: fewer unks).
+        attention: optional ``attention(state) -> (N, S)``; collects per-hypothesis attention.
+        device: where the prefix and bookkeeping tensors live; defaults to ``max_lens.device``
+            when ``max_lens`` is a tensor, else the CPU. Must be the model's device.
+
+    Returns:
+        Per sentence, up to ``nbest`` hypotheses, best normalized score first.
+    """
+    _check_options(
+        batch_size=batch_size,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        len_penalty=len_penalty,
+    )
+    if beam_size < 1:
+        raise UserError(f"decoding.beam_size must be >= 1, got {beam_size}")
+    if not 1 <= nbest <= beam_size:
+        raise UserError(
+            f"decoding.nbest must be between 1 and beam_size ({beam_size}), got {nbest}"
+        )
+    dev = _device(max_lens, device)
+    max_lens = _max_lens_tensor(max_lens, batch_size, dev)  # (B,)
+    if batch_size == 0:
+        return []
+    K = beam_size
+    max_len_list = max_lens.tolist()
+
+    state = reorder(state, torch.arange(batch_size, device=dev).repeat_interleave(K))  # N = B*K
+    alive = torch.arange(batch_size, device=dev)  # (Ba,) sentence id of each live sentence
+    alive_list = alive.tolist()
+    tokens = torch.full((batch_size * K, 1), bos_id, dtype=torch.long, device=dev)  # (N, t+1)
+    # Cumulative log-prob per beam. All K beams start identical; only beam 0 is live at first
+    # (the others at -inf), which is fairseq's "use only the first beam at step 0".
+    scores = torch.full((batch_size, K), _NEG_INF, device=dev)
+    scores[:, 0] = 0.0
+    scores = scores.view(-1)  # (N,)
+    token_scores = torch.zeros((batch_size * K, 0), device=dev)  # (N, t)
+    attn: Tensor | None = None  # (N, t, S)
+    finalized: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+
+    for t in range(int(max_lens.max())):
+        log_probs, state = step(tokens, state)  # (N, V)
+        Ba = len(alive_list)
+        lp = _constrain(
+            log_probs,
+            tokens,
+            max_lens[alive].repeat_interleave(K),
+            eos_id=eos_id,
+            pad_id=pad_id,
+            min_len=min_len,
+            no_repeat_ngram=no_repeat_ngram,
+            unk_id=unk_id,
+            unk_penalty=unk_penalty,
+        )  # (N, V)
+        V = lp.size(1)
+        step_attn = attention(state) if attention is not None else None  # (N, S)
+        if step_attn is not None and attn is None:
+            attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
+        scores = scores.to(lp.dtype)
+        token_scores = token_scores.to(lp.dtype)
+
+        # Candidates: the best 2K (beam, token) continuations of each sentence.
+        cum = (scores[:, None] + lp).view(Ba, K * V)  # (Ba, K*V)
+        n_cand = min(2 * K, K * V)
+        cand_scores, cand_idx = cum.topk(n_cand, dim=1)  # (Ba, 2K), best first
+        cand_tok = cand_idx % V  # (Ba, 2K)
+        cand_rows = cand_idx // V + (torch.arange(Ba, device=dev) * K)[:, None]  # (Ba, 2K) in N
+        cand_lp = lp.view(Ba, K * V).gather(1, cand_idx)  # (Ba, 2K) the token's own log-prob
+        is_eos = cand_tok == eos_id  # (Ba, 2K)
+
+        # Finalize EOS candidates among the first K (bookkeeping only: one loop over them).
+        fin = is_eos[:, :K] & cand_scores[:, :K].isfinite()  # (Ba, K)
+        if bool(fin.any()):
+            s_idx, c_idx = fin.nonzero(as_tuple=True)  # (F,), (F,) in rank order per sentence
+            rows = cand_rows[s_idx, c_idx]  # (F,)
+            hyp_tokens = tokens[rows, 1:].tolist()  # F x t
+            hyp_token_scores = torch.cat(
+                [token_scores[rows], cand_lp[s_idx, c_idx, None]], dim=1
+            ).tolist()  # F x (t+1)
+            hyp_scores = (cand_scores[s_idx, c_idx] / (t + 1) ** len_penalty).tolist()
+            hyp_attn = None
+            if attn is not None and step_attn is not None:
+                hyp_attn = torch.cat(
+                    [attn[rows], step_attn[rows, None]], dim=1
+                ).cpu()  # (F, t+1, S)
+            for i, a in enumerate(s_idx.tolist()):
+                sent = alive_list[a]
+                if len(finalized[sent]) < K:
+                    finalized[sent].append(
+                        Hypothesis(
+                            tokens=hyp_tokens[i] + [eos_id],
+                            score=hyp_scores[i],
+                            token_scores=hyp_token_scores[i],
+                            attention=None if hyp_attn is None else hyp_attn[i],
+                        )
+                    )
+        done = [len(finalized[s]) >= K or t + 1 >= max_len_list[s] for s in alive_list]
+
+        # Next beams: the first K candidates (in rank order) that do not end in EOS. Should
+        # fewer than K exist (tiny vocabularies), EOS candidates fill in as dead (-inf) beams.
+        rank_key = torch.arange(n_cand, device=dev) + is_eos * n_cand  # (Ba, 2K)
+        sel = rank_key.topk(K, dim=1, largest=False).indices  # (Ba, K)
+        new_rows = cand_rows.gather(1, sel)  # (Ba, K)
+        new_tok = cand_tok.gather(1, sel)  # (Ba, K)
+        new_lp = cand_lp.gather(1, sel)  # (Ba, K)
+        new_scores = cand_scores.gather(1, sel).masked_fill(is_eos.gather(1, sel), _NEG_INF)
+
+        if any(done):  # drop finished sentences: their rows leave the state
+            keep_list = [i for i, d in enumerate(done) if not d]
+            if not keep_list:
+                break
+            keep = torch.tensor(keep_list, device=dev)  # (Ba',)
+            new_rows, new_tok, new_lp, new_scores = (
+                new_rows[keep],
+                new_tok[keep],
+                new_lp[keep],
+                new_scores[keep],
+            )
+            alive = alive[keep]
+            alive_list = [alive_list[i] for i in keep_list]
+
+        new_rows = new_rows.reshape(-1)  # (N',)
+        tokens = torch.cat([tokens[new_rows], new_tok.reshape(-1, 1)], dim=1)  # (N', t+2)
+        token_scores = torch.cat([token_scores[new_rows], new_lp.reshape(-1, 1)], dim=1)
+        scores = new_scores.reshape(-1)  # (N',)
+        if attn is not None and step_attn is not None:
+            attn = torch.cat([attn[new_rows], step_attn[new_rows, None]], dim=1)  # (N', t+1, S)
+        state = reorder(state, new_rows)
+
+    return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finalized]
+
+
+# ---------------------------------------------------------------------------------------------
+# One hypothesis per sentence: greedy and sampling
+
+
+def _decode_one_each(
+    step: StepFn,
+    reorder: ReorderFn,
+    state: State,
+    choose: Callable[[Tensor], Tensor],
+    *,
+    batch_size: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_lens: Tensor,
+    min_len: int,
+    len_penalty: float,
+    no_repeat_ngram: int,
+    unk_id: int | None,
+    unk_penalty: float,
+    attention: AttentionFn | None,
+) -> list[Hypothesis]:
+    """Extend each sentence by the token ``choose`` picks until EOS; drop finished rows.
+
+    ``choose(lp (N, V)) -> (N,)`` picks one token per row of the constrained log-probs; rows
+    without any finite entry get EOS instead, so every sentence ends.
+    """
+    dev = max_lens.device
+    results: list[Hypothesis | None] = [None] * batch_size
+    alive = torch.arange(batch_size, device=dev)  # (N,) sentence id of each row
+    tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=dev)  # (N, t+1)
+    token_scores = torch.zeros((batch_size, 0), device=dev)  # (N, t)
+    attn: Tensor | None = None  # (N, t, S)
+
+    for _ in range(int(max_lens.max())):
+        log_probs, state = step(tokens, state)  # (N, V)
+        lp = _constrain(
+            log_probs,
+            tokens,
+            max_lens[alive],
+            eos_id=eos_id,
+            pad_id=pad_id,
+            min_len=min_len,
+            no_repeat_ngram=no_repeat_ngram,
+            unk_id=unk_id,
+            unk_penalty=unk_penalty,
+        )  # (N, V)
+        if attention is not None:
+            step_attn = attention(state)  # (N, S)
+            if attn is None:
+                attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
+            attn = torch.cat([attn, step_attn[:, None]], dim=1)  # (N, t+1, S)
+        dead = ~lp.isfinite().any(-1)  # (N,) nothing allowed: end the row
+        tok = torch.where(dead, eos_id, choose(lp))  # (N,)
+        tok_lp = lp.gather(1, tok[:, None])  # (N, 1)
+        tokens = torch.cat([tokens, tok[:, None]], dim=1)  # (N, t+2)
+        token_scores = torch.cat([token_scores.to(lp.dtype), tok_lp], dim=1)  # (N, t+1)
+
+        done = (tok == eos_id) | (tokens.size(1) - 1 >= max_lens[alive])  # (N,)
+        if not bool(done.any()):
+            continue
+        rows = done.nonzero().squeeze(1)  # (F,)
+        totals = token_scores[rows].sum(-1).tolist()
+        hyp_tokens = tokens[rows, 1:].tolist()
+        hyp_token_scores = token_scores[rows].tolist()
+        hyp_attn = attn[rows].cpu() if attn is not None else None  # (F, t+1, S)
+        for i, sent in enumerate(alive[rows].tolist()):
+            results[sent] = Hypothesis(
+                tokens=hyp_tokens[i],
+                score=totals[i] / len(hyp_tokens[i]) ** len_penalty,
+                token_scores=hyp_token_scores[i],
+                attention=None if hyp_attn is None else hyp_attn[i],
+            )
+        keep = (~done).nonzero().squeeze(1)  # (N',)
+        if keep.numel() == 0:
+            break
+        state = reorder(state, keep)
+        alive, tokens, token_scores = alive[keep], tokens[keep], token_scores[keep]
+        if attn is not None:
+            attn = attn[keep]
+
+    assert all(h is not None for h in results), "a sentence outlived its max length"
+    return results  # type: ignore[return-value]
+
+
+def greedy_search(
+    step: StepFn,
+    reorder: ReorderFn,
+    state: State,
+    *,
+    batch_size: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_lens: Tensor | int,
+    min_len: int = 1,
+    len_penalty: float = 1.0,
+    no_repeat_ngram: int = 0,
+    unk_id: int | None = None,
+    unk_penalty: float = 0.0,
+    attention: AttentionFn | None = None,
+    device: torch.device | str | None = None,
+) -> list[Hypothesis]:
+    """Pick the most probable token at every step; one hypothesis per sentence.
+
+    Same rules as :func:`beam_search` (pad, unk penalty, ``min_len``, ``max_lens`` with EOS
+    counted, n-gram blocking, attention) and the same score, ``sum(token_scores) / len **
+    len_penalty``. ``beam_search`` with ``beam_size=1`` finds the same tokens (up to ties). The
+    state keeps one row per sentence; finished sentences are dropped through ``reorder``.
+
+    Args:
+        step, reorder, state: as in :func:`beam_search` (``state`` has B rows, not expanded).
+        batch_size: B.
+        bos_id, eos_id, pad_id: special tokens.
+        max_lens: (B,) or int, max length per sentence including EOS.
+        min_len: EOS is forbidden while fewer than this many tokens were generated.
+        len_penalty: exponent of the score's length normalization.
+        no_repeat_ngram: n-gram size that may not repeat (0: off; BOS counts).
+        unk_id, unk_penalty: subtract ``unk_penalty`` from the unk token's log-prob.
+        attention: optional ``attention(state) -> (N, S)``.
+        device: device of the prefix tensors (default: ``max_lens.device`` or the CPU).
+
+    Returns:
+        One hypothesis per sentence, in input order.
+    """
+    _check_options(
+        batch_size=batch_size,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        len_penalty=len_penalty,
+    )
+    dev = _device(max_lens, device)
+    max_lens = _max_lens_tensor(max_lens, batch_size, dev)
+    if batch_size == 0:
+        return []
+    return _decode_one_each(
+        step,
+        reorder,
+        state,
+        lambda lp: lp.argmax(-1),
+        batch_size=batch_size,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        max_lens=max_lens,
+        min_len=min_len,
+        len_penalty=len_penalty,
+        no_repeat_ngram=no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+        attention=attention,
+    )
+
+
+def _truncate(lp: Tensor, *, top_k: int, top_p: float) -> Tensor:
+    """Keep the ``top_k`` best tokens and the top-p nucleus of each row; others -inf.
+
+    Args:
+        lp: (N, V) log-probs (possibly with -inf entries).
+
+    Returns:
+        (N, V) with the excluded tokens at -inf. The nucleus is the smallest set of best
+        tokens whose probability (renormalized over the allowed tokens) reaches ``top_p``;
+        the best token is always kept.
+    """
+    if 0 < top_k < lp.size(1):
+        kth = lp.topk(top_k, dim=-1).values[:, -1:]  # (N, 1)
+        lp = lp.masked_fill(lp < kth, _NEG_INF)
+    if top_p < 1.0:
+        sorted_lp, order = lp.sort(dim=-1, descending=True)  # (N, V)
+        probs = sorted_lp.softmax(-1)
+        drop_sorted = probs.cumsum(-1) - probs >= top_p  # mass before this token already >= p
+        drop = drop_sorted.scatter(1, order, drop_sorted)  # back to vocabulary order
+        lp = lp.masked_fill(drop, _NEG_INF)
+    return lp
+
+
+def sample(
+    step: StepFn,
+    reorder: ReorderFn,
+    state: State,
+    *,
+    batch_size: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    max_lens: Tensor | int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    min_len: int = 1,
+    len_penalty: float = 1.0,
+    no_repeat_ngram: int = 0,
+    unk_id: int | None = None,
+    unk_penalty: float = 0.0,
+    attention: AttentionFn | None = None,
+    device: torch.device | str | None = None,
+) -> list[Hypothesis]:
+    """Sample one hypothesis per sentence, reproducibly from ``seed``.
+
+    As in fairseq, the temperature scales the model's distribution first
+    (``log_softmax(log_probs / temperature)``), then the search rules apply (pad, unk penalty,
+    ``min_len``, forced EOS, n-grams), then top-k and top-p truncate, and a token is drawn from
+    what is left. ``token_scores`` are the temperature-scaled, rule-constrained log-probs before
+    truncation (fairseq's). Unlike fairseq, the top-p nucleus is computed on probabilities
+    renormalized over the allowed tokens.
+
+    Draws come from one ``torch.Generator`` on the decoding device seeded with ``seed``: the
+    same inputs, seed and device give the same output (CPU and CUDA streams differ).
+
+    Args:
+        step, reorder, state: as in :func:`greedy_search`.
+        batch_size: B.
+        bos_id, eos_id, pad_id: special tokens.
+        max_lens: (B,) or int, max length per sentence including EOS.
+        temperature: > 0; below 1 sharpens, above 1 flattens.
+        top_k: sample among the k best tokens only (0: all).
+        top_p: sample from the smallest set of best tokens with this much mass (1: all).
+        seed: seed of the generator.
+        min_len, len_penalty, no_repeat_ngram, unk_id, unk_penalty, attention, device: as in
+            :func:`greedy_search`.
+
+    Returns:
+        One hypothesis per sentence, in input order.
+    """
+    _check_options(
+        batch_size=batch_size,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        len_penalty=len_penalty,
+    )
+    if not temperature > 0:
+        raise UserError(f"decoding.temperature must be > 0, got {temperature}")
+    if top_k < 0:
+        raise UserError(f"decoding.top_k must be >= 0, got {top_k}")
+    if not 0 < top_p <= 1:
+        raise UserError(f"decoding.top_p must be in (0, 1], got {top_p}")
+    dev = _device(max_lens, device)
+    max_lens = _max_lens_tensor(max_lens, batch_size, dev)
+    if batch_size == 0:
+        return []
+    generator = torch.Generator(device=dev)
+    generator.manual_seed(seed)
+
+    def tempered_step(prefix: Tensor, st: State) -> tuple[Tensor, State]:
+        log_probs, st = step(prefix, st)  # (N, V)
+        if temperature != 1.0:
+            log_probs = torch.log_softmax(log_probs.float() / temperature, dim=-1)
+        return log_probs, st
+
+    def draw(lp: Tensor) -> Tensor:
+        kept = _truncate(lp, top_k=top_k, top_p=top_p)  # (N, V)
+        kept = kept.masked_fill(~kept.isfinite().any(-1, keepdim=True), 0.0)  # dead rows: any
+        probs = kept.float().softmax(-1)  # (N, V)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
+
+    return _decode_one_each(
+        tempered_step,
+        reorder,
+        state,
+        draw,
+        batch_size=batch_size,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        max_lens=max_lens,
+        min_len=min_len,
+        len_penalty=len_penalty,
+        no_repeat_ngram=no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+        attention=attention,
+    )

@@ -1,0 +1,281 @@
+"""SentencePiece subword models: training and loading; the one owner of the special token ids.
+
+Every model this toolkit trains reserves the same four ids, which the rest of the code imports
+from here: ``PAD_ID = 0``, ``UNK_ID = 1``, ``BOS_ID = 2``, ``EOS_ID = 3``.
+
+A tokenizer directory holds either one joint model ``spm.model`` (source and target share a
+vocabulary, which shared embeddings need) or two models ``spm.src.model`` and ``spm.tgt.model``.
+Encoding returns pieces only; adding BOS/EOS is the collate function's job
+(:func:`seq2seq.data.collate`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from seq2seq.errors import UserError
+from seq2seq.files import atomic_open, sha256_file
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "JOINT_MODEL",
+    "PAD_ID",
+    "SRC_MODEL",
+    "TGT_MODEL",
+    "UNK_ID",
+    "Tokenizer",
+    "model_files",
+    "train_tokenizer",
+]
+
+PAD_ID = 0
+UNK_ID = 1
+BOS_ID = 2
+EOS_ID = 3
+_DROPPED_BY_DECODE = frozenset({PAD_ID, BOS_ID, EOS_ID})
+
+JOINT_MODEL = "spm.model"
+SRC_MODEL = "spm.src.model"
+TGT_MODEL = "spm.tgt.model"
+
+
+def model_files(directory: str | Path, *, joint: bool) -> list[Path]:
+    """The model file(s) a tokenizer directory holds: ``[spm.model]`` or ``[src, tgt]``."""
+    directory = Path(directory)
+    if joint:
+        return [directory / JOINT_MODEL]
+    return [directory / SRC_MODEL, directory / TGT_MODEL]
+
+
+def _sentences(path: Path) -> Iterator[str]:
+    """Non-blank lines of a (possibly gzipped) UTF-8 file, split on ``\\n`` only, ``\\r`` stripped."""
+    with open(path, "rb") as raw:
+        gz = raw.read(2) == b"\x1f\x8b"
+    opener = gzip.open if gz else open
+    with opener(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                text = line.rstrip(b"\n").rstrip(b"\r").decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise UserError(
+                    f"{path}:{lineno}: invalid UTF-8 (byte {e.start + 1} of the line)"
+                ) from None
+            if text.strip():
+                yield text
+
+
+def _train_model(
+    files: list[Path],
+    *,
+    model_type: str,
+    vocab_size: int,
+    character_coverage: float,
+    max_sentences: int,
+) -> bytes:
+    def sentences() -> Iterator[str]:
+        for path in files:
+            yield from _sentences(path)
+
+    proto = io.BytesIO()  # SentencePiece writes the serialized model here
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences(),
+            model_writer=proto,
+            model_type=model_type,
+            vocab_size=vocab_size,
+            # A corpus too small for vocab_size yields a smaller vocabulary instead of failing.
+            hard_vocab_limit=False,
+            character_coverage=character_coverage,
+            input_sentence_size=max_sentences,
+            shuffle_input_sentence=True,
+            pad_id=PAD_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            eos_id=EOS_ID,
+            pad_piece="<pad>",
+            unk_piece="<unk>",
+            bos_piece="<s>",
+            eos_piece="</s>",
+            num_threads=min(16, os.cpu_count() or 1),
+            minloglevel=1,
+        )
+    except RuntimeError as e:
+        names = ", ".join(str(p) for p in files)
+        raise UserError(f"SentencePiece training on {names} failed: {e}") from None
+    if not proto.getvalue():
+        raise UserError(f"SentencePiece training on {files[0]} produced no model (empty input?)")
+    return proto.getvalue()
+
+
+def train_tokenizer(
+    src_file: str | Path,
+    tgt_file: str | Path,
+    out_dir: str | Path,
+    *,
+    model_type: str = "bpe",
+    vocab_size: int = 8000,
+    joint: bool = True,
+    character_coverage: float = 1.0,
+    max_sentences: int = 2_000_000,
+    seed: int = 1,
+) -> Tokenizer:
+    """Train SentencePiece on the training split and write the model file(s) into ``out_dir``.
+
+    Args:
+        src_file: Source side of the training split (plain or gzip UTF-8, one sentence a line).
+        tgt_file: Target side.
+        out_dir: Directory for ``spm.model`` (joint) or ``spm.src.model`` + ``spm.tgt.model``.
+        model_type: ``bpe`` or ``unigram``.
+        vocab_size: Pieces per model, specials included. A corpus too small for it gets a smaller
+            vocabulary (SentencePiece's ``hard_vocab_limit=False``) rather than an error.
+        joint: One model over both sides, or one per side.
+        character_coverage: Share of characters covered by the vocabulary (1.0 for small alphabets).
+        max_sentences: Sentences sampled (randomly, from ``seed``) when the input has more.
+        seed: SentencePiece's random seed (sampling and shuffling).
+
+    Returns:
+        The trained :class:`Tokenizer`. Files are written atomically.
+    """
+    if model_type not in ("bpe", "unigram"):
+        raise UserError(f"SentencePiece model type must be bpe or unigram, got {model_type!r}")
+    if vocab_size < 8:
+        raise UserError(f"vocab_size must be at least 8, got {vocab_size}")
+    src_file, tgt_file = Path(src_file), Path(tgt_file)
+    for path in (src_file, tgt_file):
+        if not path.is_file():
+            raise UserError(f"training file not found: {path}")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    spm.set_random_generator_seed(seed)
+    options = {
+        "model_type": model_type,
+        "vocab_size": vocab_size,
+        "character_coverage": character_coverage,
+        "max_sentences": max_sentences,
+    }
+    inputs = [[src_file, tgt_file]] if joint else [[src_file], [tgt_file]]
+    for target, files in zip(model_files(out_dir, joint=joint), inputs):
+        proto = _train_model(files, **options)
+        with atomic_open(target, "wb") as f:
+            f.write(proto)
+    return Tokenizer.load(out_dir, joint=joint)
+
+
+def _load_processor(path: Path) -> spm.SentencePieceProcessor:
+    try:
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as e:
+        raise UserError(f"{path} is not a SentencePiece model ({e})") from None
+    expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
+    actual = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
+    if actual != expected:
+        raise UserError(
+            f"{path} has special ids {actual}, but seq2seq needs {expected}; "
+            "train it with seq2seq (train_tokenizer)"
+        )
+    return sp
+
+
+class Tokenizer:
+    """A loaded SentencePiece model pair (the same model twice when joint).
+
+    Attributes:
+        files: The model file(s): ``[spm.model]`` or ``[spm.src.model, spm.tgt.model]``.
+        joint: Whether source and target share one model.
+    """
+
+    def __init__(self, *, src_model: str | Path, tgt_model: str | Path) -> None:
+        """Load models; pass the same path twice for a joint model."""
+        src_model, tgt_model = Path(src_model), Path(tgt_model)
+        self.joint = src_model.resolve() == tgt_model.resolve()
+        self.files = [src_model] if self.joint else [src_model, tgt_model]
+        self._src = _load_processor(src_model)
+        self._tgt = self._src if self.joint else _load_processor(tgt_model)
+        self._fingerprint: str | None = None
+
+    @classmethod
+    def load(cls, directory: str | Path, *, joint: bool | None = None) -> Tokenizer:
+        """Load the tokenizer in ``directory``.
+
+        Args:
+            directory: Holds ``spm.model`` or ``spm.src.model`` + ``spm.tgt.model``.
+            joint: Which kind to load; None detects it (an error when both kinds are present).
+        """
+        directory = Path(directory)
+        has_joint = (directory / JOINT_MODEL).is_file()
+        has_pair = all(p.is_file() for p in model_files(directory, joint=False))
+        if joint is None:
+            if has_joint and has_pair:
+                raise UserError(
+                    f"{directory} holds both {JOINT_MODEL} and {SRC_MODEL}/{TGT_MODEL}; "
+                    "say which (joint=True/False)"
+                )
+            joint = has_joint
+        files = model_files(directory, joint=joint)
+        missing = [str(p) for p in files if not p.is_file()]
+        if missing:
+            raise UserError(f"SentencePiece model not found: {', '.join(missing)}")
+        return cls(src_model=files[0], tgt_model=files[-1])
+
+    @property
+    def src_vocab_size(self) -> int:
+        """Source vocabulary size V (specials included)."""
+        return self._src.get_piece_size()
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        """Target vocabulary size V (specials included)."""
+        return self._tgt.get_piece_size()
+
+    def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
+        """Source sentences -> piece ids (no BOS/EOS)."""
+        return self._src.encode(list(texts), out_type=int)
+
+    def encode_tgt(self, texts: Sequence[str]) -> list[list[int]]:
+        """Target sentences -> piece ids (no BOS/EOS)."""
+        return self._tgt.encode(list(texts), out_type=int)
+
+    def decode_src(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Source ids -> text; PAD, BOS and EOS anywhere are ignored (UNK decodes as ``⁇``)."""
+        return self._decode(self._src, ids)
+
+    def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Target ids -> text; PAD, BOS and EOS anywhere are ignored (UNK decodes as ``⁇``)."""
+        return self._decode(self._tgt, ids)
+
+    @staticmethod
+    def _decode(sp: spm.SentencePieceProcessor, ids: Sequence[Sequence[int]]) -> list[str]:
+        rows = [[int(i) for i in row if int(i) not in _DROPPED_BY_DECODE] for row in ids]
+        return sp.decode(rows) if rows else []
+
+    def src_pieces(self, text: str) -> list[str]:
+        """The source pieces of one sentence (plot labels)."""
+        return self._src.encode(text, out_type=str)
+
+    def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
+        """The target piece of each id, specials included (``<s>``, ``</s>``, ``<pad>``)."""
+        return [self._tgt.id_to_piece(int(i)) for i in ids]
+
+    def fingerprint(self) -> str:
+        """sha256 over the model file(s): two tokenizers encode alike iff this is equal."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for path in self.files:
+                h.update(bytes.fromhex(sha256_file(path)))
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+    def __repr__(self) -> str:
+        kind = "joint" if self.joint else "separate"
+        return (
+            f"Tokenizer({kind}, src_vocab_size={self.src_vocab_size}, "
+            f"tgt_vocab_size={self.tgt_vocab_size}, files={[str(p) for p in self.files]})"
+        )

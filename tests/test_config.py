@@ -1,0 +1,131 @@
+"""Config: YAML <-> frozen dataclasses, overrides, and every user error with its message."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import yaml
+
+from seq2seq.config import (
+    ConfigError,
+    ExperimentConfig,
+    apply_overrides,
+    config_from_dict,
+    config_to_dict,
+    dump_config,
+    load_config,
+)
+
+
+def test_defaults_live_in_dataclasses_and_are_frozen():
+    cfg = load_config(None)
+    assert cfg == ExperimentConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.model.d_model = 3  # type: ignore[misc]
+
+
+def test_yaml_round_trip(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  d_model: 128\n  dropout: 0.3\ndata:\n  test_splits: [a, b]\n")
+    cfg = load_config(path)
+    assert cfg.model.d_model == 128 and cfg.model.dropout == 0.3
+    assert cfg.data.test_splits == ("a", "b")
+    assert cfg.model.n_heads == ExperimentConfig().model.n_heads  # untouched default
+    out = tmp_path / "resolved.yaml"
+    dump_config(cfg, out)
+    again = load_config(out)
+    assert again == cfg
+    # every key is written, so the resolved file is self-describing
+    assert yaml.safe_load(out.read_text()) == config_to_dict(cfg)
+
+
+def test_int_accepted_for_float_and_tuple_from_list():
+    cfg = config_from_dict({"training": {"lr": 1, "betas": [0.9, 0.99]}})
+    assert cfg.training.lr == 1.0 and isinstance(cfg.training.lr, float)
+    assert cfg.training.betas == (0.9, 0.99)
+
+
+def test_overrides_parse_yaml_values():
+    cfg = apply_overrides(
+        ExperimentConfig(),
+        ["model.d_model=64", "model.norm_first=false", "training.max_time=00:01:00:00",
+         "data.test_splits=[x]", "training.lr=3e-4"],
+    )
+    assert cfg.model.d_model == 64
+    assert cfg.model.norm_first is False
+    assert cfg.training.max_time == "00:01:00:00"
+    assert cfg.data.test_splits == ("x",)
+    assert cfg.training.lr == pytest.approx(3e-4)
+
+
+def test_unknown_key_in_file_names_key_file_and_suggestion(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  dropot: 0.2\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == f"unknown key model.dropot in {path}; did you mean model.dropout?"
+
+
+def test_unknown_section_suggests_nearest(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("modle:\n  d_model: 3\n")
+    with pytest.raises(ConfigError, match=r"unknown key modle in .*x.yaml; did you mean model\?"):
+        load_config(path)
+
+
+def test_unknown_override_key():
+    with pytest.raises(ConfigError, match=r"unknown key training.lrr in the command line; did you mean training.lr\?"):
+        load_config(None, ["training.lrr=0.1"])
+
+
+def test_unknown_key_without_near_match_has_no_suggestion():
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["zzzzzz.qqqq=1"])
+    assert "did you mean" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("model:\n  d_model: big\n", "model.d_model in {path} must be int, got 'big'"),
+        ("model:\n  norm_first: 1\n", "model.norm_first in {path} must be bool, got 1"),
+        ("model:\n  dropout: [1]\n", "model.dropout in {path} must be float, got [1]"),
+        ("training:\n  betas: [0.9]\n", "training.betas in {path} must have 2 items, got 1"),
+        ("model: 3\n", "model in {path} must be a mapping, got 3"),
+    ],
+)
+def test_wrong_type_names_key_and_expected_type(tmp_path, text, message):
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == message.format(path=path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found: .*nope.yaml"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml_names_line(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  d_model: 3\n   bad: [\n")
+    with pytest.raises(ConfigError, match=r"x.yaml:\d+: "):
+        load_config(path)
+
+
+def test_override_without_equals_sign():
+    with pytest.raises(ConfigError, match="must look like key.sub=value"):
+        load_config(None, ["model.d_model"])
+
+
+def test_override_of_a_section_is_an_error():
+    with pytest.raises(ConfigError, match="model on the command line is a section"):
+        load_config(None, ["model=3"])
+
+
+def test_scientific_notation_without_dot_is_a_float(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("training:\n  lr: 5e-4\n")
+    assert load_config(path).training.lr == pytest.approx(5e-4)
