@@ -15,17 +15,21 @@ length, n-gram blocking and the unk penalty therefore behave exactly as with the
 max_len_b``, per sentence), ``min_len``, sampling (temperature, top-k, top-p, seed, though
 the random streams differ from torch's). Differences, measured against the torch engine:
 
-- Scores. CTranslate2 normalizes like fairseq (the sum of the token log-probabilities, EOS
-  included, divided by ``len ** length_penalty`` with len counting EOS, not the start token),
-  except at steps where ``min_len`` forbids EOS: CTranslate2 renormalizes the distribution
-  without EOS, fairseq just drops EOS. So a CTranslate2 score is higher by ``-log(1 - p(EOS
-  at step 0)) / len ** len_penalty`` (with ``min_len=1``), usually well below 0.01. The
-  ranking of the hypotheses of one sentence is unaffected for ``len_penalty = 0`` and barely
-  affected otherwise. ``exact_scores=True`` rescores the hypotheses with the model
-  (``score_batch``) and reports fairseq's scores and per-token log-probabilities (otherwise
-  ``token_scores`` is empty, as CTranslate2 does not return them).
-- A hypothesis that reaches its max length ends there (CTranslate2 forces no EOS); the
-  engine appends EOS to its tokens, as the torch engine's forced EOS would.
+- Scores (measured): CTranslate2 normalizes like fairseq, the sum of the token
+  log-probabilities (EOS included) divided by ``len ** length_penalty`` with len counting EOS
+  and not the start token, except at the steps where ``min_len`` forbids EOS: CTranslate2
+  renormalizes the distribution without EOS, fairseq just drops EOS. A CTranslate2 score is
+  therefore higher by ``-log(1 - p(EOS at step 0)) / len ** len_penalty`` (``min_len=1``),
+  typically < 0.001 for a trained model. ``exact_scores=True`` rescores every hypothesis
+  with the model (``score_batch``, one teacher-forced pass) and reports fairseq's scores and
+  per-token log-probabilities; otherwise ``token_scores`` is empty (CTranslate2 does not
+  return them).
+- Max length: CTranslate2 stops a hypothesis at its max length without EOS, where fairseq
+  forces EOS and counts its log-prob. The engine appends the EOS and rescores such
+  hypotheses with the model, so they rank as with the torch engine.
+- Beam search: CTranslate2 stops a sentence once its best beam has finished, fairseq once
+  K hypotheses have finished; top hypotheses agree almost always, lower n-best entries and
+  rare top-1 results can differ. Greedy search is token-for-token identical (float32).
 - ``no_repeat_ngram``: CTranslate2 does not count the start token in n-grams (fairseq does).
 - ``unk_penalty``: only 0 (off) or ``inf`` (never produce unk, CTranslate2's ``disable_unk``).
 - The pad token is suppressed, as in seq2seq.search.
@@ -369,30 +373,42 @@ class CTranslate2Engine:
         for i, limit in enumerate(limits):
             groups[limit].append(i)
         out: list[list[Hypothesis]] = [[] for _ in src]
+        truncated: set[int] = set()  # id() of hypotheses that hit the max length
         for limit, idx in groups.items():
             results = self.translator.translate_batch(
                 [tokens[i] for i in idx], max_decoding_length=limit - 1, **kwargs
             )
             for i, result in zip(idx, results):
-                out[i] = [
-                    Hypothesis(tokens=self._ids(hyp), score=float(score), token_scores=[])
-                    for hyp, score in zip(result.hypotheses, result.scores)
-                ]
-        if self.exact_scores:
-            out = self._rescore(tokens, out, opts.len_penalty)
+                for pieces, score in zip(result.hypotheses, result.scores):
+                    ids = [self.tgt_index[p] for p in pieces]
+                    hyp = Hypothesis(tokens=ids, score=float(score), token_scores=[])
+                    if not ids or ids[-1] != self.eos_id:
+                        ids.append(self.eos_id)  # the torch engine forces EOS at the max length
+                        truncated.add(id(hyp))
+                    out[i].append(hyp)
+        if self.exact_scores or truncated:
+            out = self._rescore(
+                tokens,
+                out,
+                opts.len_penalty,
+                which=None if self.exact_scores else truncated,
+            )
         return out
 
-    def _ids(self, pieces: list[str]) -> list[int]:
-        ids = [self.tgt_index[p] for p in pieces]
-        if not ids or ids[-1] != self.eos_id:
-            ids.append(self.eos_id)  # ended at the max length: the torch engine forces EOS
-        return ids
-
     def _rescore(
-        self, tokens: list[list[str]], hyps: list[list[Hypothesis]], len_penalty: float
+        self,
+        tokens: list[list[str]],
+        hyps: list[list[Hypothesis]],
+        len_penalty: float,
+        *,
+        which: set[int] | None,
     ) -> list[list[Hypothesis]]:
-        """Replace CTranslate2's scores by fairseq's, from the model's token log-probs."""
-        flat = [(i, h) for i, sent in enumerate(hyps) for h in sent]
+        """Score hypotheses with the model (fairseq's normalization, per-token log-probs).
+
+        ``which``: id()s of the hypotheses to rescore (None: all). Each sentence's list is
+        sorted again by score.
+        """
+        flat = [(i, h) for i, sent in enumerate(hyps) for h in sent if which is None or id(h) in which]
         if not flat:
             return hyps
         results = self.translator.score_batch(
@@ -400,13 +416,11 @@ class CTranslate2Engine:
             [[self.tgt_vocab[t] for t in h.tokens[:-1]] for _, h in flat],
             max_input_length=0,
         )
-        out: list[list[Hypothesis]] = [[] for _ in hyps]
-        for (i, h), r in zip(flat, results):
-            lps = [float(x) for x in r.log_probs]
-            out[i].append(
-                Hypothesis(tokens=h.tokens, score=sum(lps) / len(lps) ** len_penalty, token_scores=lps)
-            )
-        return [sorted(sent, key=lambda h: -h.score) for sent in out]
+        for (_, h), r in zip(flat, results):
+            lps = [float(x) for x in r.log_probs]  # EOS included (score_batch appends it)
+            h.score = sum(lps) / len(lps) ** len_penalty
+            h.token_scores = lps
+        return [sorted(sent, key=lambda h: -h.score) for sent in hyps]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -401,11 +401,12 @@ def attention_maps(
 
 
 def _default_attention_size(maps: AttentionMaps) -> tuple[float, float]:
+    """Inches that give each cell about a quarter inch, plus room for labels and titles."""
     s, t = len(maps.src_labels), len(maps.tgt_in_labels)
-    cell = 0.32
-    width = cell * (2 * s + t) + 5.0
-    height = cell * max(s, t) + 2.6
-    return max(width, 10.0), max(height, 4.0)
+    cell = 0.25
+    width = cell * (2 * s + t) + 4.5
+    height = cell * max(s, t) + 2.4
+    return max(width, 8.0), max(height, 3.5)
 
 
 def plot_attention(

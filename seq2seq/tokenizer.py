@@ -218,6 +218,11 @@ class Tokenizer:
                     f"{directory} holds both {JOINT_MODEL} and {SRC_MODEL}/{TGT_MODEL}; "
                     "say which (joint=True/False)"
                 )
+            if not has_joint and not has_pair:
+                raise UserError(
+                    f"no SentencePiece model in {directory} "
+                    f"(expected {JOINT_MODEL}, or {SRC_MODEL} and {TGT_MODEL})"
+                )
             joint = has_joint
         files = model_files(directory, joint=joint)
         missing = [str(p) for p in files if not p.is_file()]

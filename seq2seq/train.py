@@ -192,7 +192,7 @@ class Checkpointer(Checkpoint):
     def _save_periodic(self, trainer: pl.Trainer) -> Path:
         step = trainer.global_step
         path = self.dirpath / f"step{step:08d}.ckpt"
-        trainer.save_checkpoint(path)  # every rank calls it; rank 0 writes
+        trainer.save_checkpoint(path, weights_only=False)  # all ranks call; rank 0 writes
         self.last_saved_step = step
         if trainer.is_global_zero:
             _link_or_copy(path, self.dirpath / LAST)
@@ -235,7 +235,7 @@ class Checkpointer(Checkpoint):
                     _link_or_copy(saved, self.dirpath / BEST)
                 trainer.strategy.barrier("Checkpointer best")
             else:
-                trainer.save_checkpoint(self.dirpath / BEST)
+                trainer.save_checkpoint(self.dirpath / BEST, weights_only=False)
 
     def on_train_end(self, trainer, pl_module) -> None:
         if trainer.global_step > 0 and trainer.global_step != self.last_saved_step:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from seq2seq.cli import main
 from seq2seq.corpora import (
     ChecksumError,
     Corpus,
@@ -347,7 +348,7 @@ def server():
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.files, httpd.log, httpd.truncate_once, httpd.ignore_range = {}, [], set(), False
     httpd.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/"
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
     thread.start()
     yield httpd
     httpd.shutdown()
@@ -509,7 +510,12 @@ def test_cli_unknown_corpus_exits_2_with_one_line(tmp_path):
         assert name in lines[0]
 
 
-def test_cli_list(tmp_path):
-    result = _cli("--list", tmp_path=tmp_path)
-    assert result.returncode == 0
-    assert [line.split(":")[0] for line in result.stdout.splitlines()] == list_corpora()
+def test_cli_list(capsys):
+    assert main(["prepare", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines()] == list_corpora()
+
+
+def test_cli_needs_corpus_and_out(capsys):
+    assert main(["prepare", "multi30k"]) == 2
+    assert "--out" in capsys.readouterr().err

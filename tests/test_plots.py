@@ -42,8 +42,17 @@ def png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", data[16:24])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: one intra-op thread is fastest, and far faster on a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     env.pop("SEQ2SEQ_DEBUG", None)
     return subprocess.run(
         [sys.executable, "-m", "seq2seq.cli", *args],
@@ -162,15 +171,22 @@ def test_plot_mask_rejects_non_png_and_bad_dpi(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_cli_plot_mask_writes_png_of_requested_size(tmp_path):
+def test_cli_plot_mask_writes_png_of_requested_size(tmp_path, capsys):
     out = tmp_path / "sub" / "mask.png"
-    r = run_cli(
-        "plot", "mask", "--kind", "window", "--len", "8", "--window", "3",
+    rc, _, err = run_main(
+        capsys, "plot", "mask", "--kind", "window", "--len", "8", "--window", "3",
         "--size", "3x2", "--dpi", "50", "-o", str(out),
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    assert rc == 0, err
     assert png_size(out) == (150, 100)
     assert [p.name for p in out.parent.iterdir()] == ["mask.png"]  # no temporary left behind
+
+
+def test_cli_subprocess_bad_argument_is_one_line_exit_2(tmp_path):
+    """The real console process: exit status 2, one line on stderr, no traceback, no file."""
+    r = run_cli("plot", "mask", "--kind", "window", "--window", "0", "-o", str(tmp_path / "m.png"))
+    assert_one_line_error((r.returncode, r.stdout, r.stderr), "--window must be >= 1, got 0")
+    assert not list(tmp_path.iterdir())
 
 
 def test_cli_plot_mask_errors_are_one_line_exit_2(tmp_path, capsys):
@@ -192,12 +208,15 @@ def loaded(tmp_path_factory):
 
     from seq2seq.modeldir import load_model_dir
 
-    path = make_model_dir(tmp_path_factory.mktemp("plots") / "model")
+    path = make_model_dir(
+        tmp_path_factory.mktemp("plots") / "model",
+        cfg_overrides=("model.n_encoder_layers=2", "model.n_decoder_layers=2"),
+    )
     return load_model_dir(path)
 
 
-TEXT = "A man rides a bike."
-TARGET = "Ein Mann fährt Fahrrad."
+TEXT = "A man sits on the bench."
+TARGET = "Two dogs play in the park."
 
 
 @pytest.fixture(scope="module")
