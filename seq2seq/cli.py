@@ -274,7 +274,13 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, help="nucleus sampling mass (1: all)")
     g.add_argument("--seed", type=int, help="sampling seed")
     g.add_argument("--max-tokens", type=int, help="source tokens per batch, padding included")
-    p.add_argument("--engine", default="torch", help="inference engine (default: torch)")
+    p.add_argument(
+        "--engine",
+        default="torch",
+        choices=["torch", "torch-nocache", "ctranslate2", "onnx"],
+        help="inference engine (default: torch); with ctranslate2 or onnx, MODEL_DIR is the "
+        "folder `seq2seq export --format ctranslate2|onnx` wrote",
+    )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
 
 
@@ -439,6 +445,66 @@ def _run_evaluate(args) -> int:
 
 
 _SUBCOMMANDS.append(_evaluate)
+
+# ---- export (seq2seq/export.py) ----
+
+
+def _export(sub) -> None:
+    p = _add(
+        sub,
+        "export",
+        "Export a model directory for fast inference: CTranslate2 or ONNX.\n\n"
+        "The output folder is self-contained (weights, SentencePiece model(s), config.yaml,\n"
+        "export.json, a README.md on loading it without seq2seq) and is what\n"
+        "`seq2seq translate --engine ctranslate2|onnx OUT` reads. CTranslate2 cannot express\n"
+        "block-causal or sliding-window decoder masks (export those to ONNX). A failed export\n"
+        "leaves no OUT folder; an existing OUT is an error unless --force.",
+        "seq2seq export runs/multi30k_small --format ctranslate2 --out runs/m30k_ct2\n"
+        "seq2seq export runs/multi30k_small --format ctranslate2 --quantization int8 "
+        "--out runs/m30k_ct2_int8\n"
+        "seq2seq export runs/multi30k_small --format onnx --out runs/m30k_onnx\n"
+        "seq2seq translate --engine ctranslate2 runs/m30k_ct2 -i test.en --beam 5",
+    )
+    p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
+    p.add_argument(
+        "--format",
+        choices=["ctranslate2", "onnx"],
+        help="export format (default: the model's export.format)",
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="the folder to create")
+    p.add_argument(
+        "--quantization",
+        choices=["none", "int8", "int8_float32", "float16"],
+        help="CTranslate2 weight type (default: the model's export.quantization)",
+    )
+    p.add_argument("--opset", type=int, help="ONNX opset (default: the model's export.opset)")
+    p.add_argument("--force", action="store_true", help="replace an existing --out folder")
+    p.set_defaults(run=_run_export)
+
+
+def _run_export(args) -> int:
+    from seq2seq.config import ExportConfig, load_config
+    from seq2seq.export import describe, export_model
+
+    defaults = ExportConfig()
+    config = os.path.join(args.model_dir, "config.yaml")
+    if os.path.isfile(config):
+        defaults = load_config(config).export
+    fmt = args.format or defaults.format
+    quantization = args.quantization or (defaults.quantization if fmt == "ctranslate2" else "none")
+    out = export_model(
+        args.model_dir,
+        args.out,
+        fmt=fmt,
+        quantization=quantization,
+        opset=args.opset or defaults.opset,
+        force=args.force,
+    )
+    print(describe(out), file=sys.stderr)
+    return 0
+
+
+_SUBCOMMANDS.append(_export)
 
 # === end of subcommands ===
 

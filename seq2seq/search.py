@@ -149,6 +149,7 @@ def _constrain(
     *,
     eos_id: int,
     pad_id: int,
+    bos_id: int,
     min_len: int,
     no_repeat_ngram: int,
     unk_id: int | None,
@@ -156,7 +157,7 @@ def _constrain(
 ) -> Tensor:
     """Apply the search rules to one step's log-probabilities (a new tensor; input untouched).
 
-    In fairseq's order: NaN -> -inf; pad never chosen; ``unk_penalty`` subtracted from unk;
+    In fairseq's order: NaN -> -inf; pad and BOS never chosen (BOS only starts a prefix); ``unk_penalty`` subtracted from unk;
     n-gram repeats -> -inf; EOS forbidden while fewer than ``min_len`` tokens were generated;
     rows at their max length may only emit EOS. The forced EOS wins over ``min_len`` (fairseq
     would leave no token at all there; it asserts ``min_len <= max_len`` instead).
@@ -174,6 +175,8 @@ def _constrain(
     lp = log_probs.masked_fill(log_probs.isnan(), _NEG_INF)  # (N, V), a copy
     vocab_size = lp.size(1)
     lp[:, pad_id] = _NEG_INF
+    if bos_id != eos_id:
+        lp[:, bos_id] = _NEG_INF
     if unk_id is not None and unk_penalty:
         lp[:, unk_id] -= unk_penalty
     if no_repeat_ngram > 0:
@@ -310,6 +313,7 @@ def beam_search(
             max_lens[alive].repeat_interleave(K),
             eos_id=eos_id,
             pad_id=pad_id,
+            bos_id=bos_id,
             min_len=min_len,
             no_repeat_ngram=no_repeat_ngram,
             unk_id=unk_id,
@@ -435,6 +439,7 @@ def _decode_one_each(
             max_lens[alive],
             eos_id=eos_id,
             pad_id=pad_id,
+            bos_id=bos_id,
             min_len=min_len,
             no_repeat_ngram=no_repeat_ngram,
             unk_id=unk_id,

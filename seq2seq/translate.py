@@ -278,9 +278,19 @@ def _load_torch(model_dir: Path, *, device: str, use_cache: bool = True) -> Load
     )
 
 
+def _load_exported(model_dir: Path, *, device: str, engine: str) -> LoadedEngine:
+    """CTranslate2 / ONNX: ``model_dir`` is the folder ``seq2seq export`` wrote."""
+    from seq2seq import engines
+
+    loader = engines.load_ctranslate2 if engine == "ctranslate2" else engines.load_onnx
+    return loader(model_dir, device=device)
+
+
 ENGINES: dict[str, Callable[..., LoadedEngine]] = {
     "torch": _load_torch,
     "torch-nocache": functools.partial(_load_torch, use_cache=False),
+    "ctranslate2": functools.partial(_load_exported, engine="ctranslate2"),
+    "onnx": functools.partial(_load_exported, engine="onnx"),
 }
 """Engine name -> ``loader(model_dir, *, device) -> LoadedEngine``. Add runtimes here."""
 

@@ -403,12 +403,17 @@ def test_no_repeat_ngram_on_random_model_and_bos_counts():
             for h in hyps:
                 grams = ngrams(h.tokens, n)
                 assert len(set(grams)) == len(grams), (n, h.tokens)
-    # BOS is part of the hypothesis for blocking (fairseq): with n=1 the model cannot emit BOS.
+    # BOS only starts a prefix: even a model that prefers it never emits it (nor PAD).
     bos_lover = by_last({t: {BOS: 0.6, A: 0.3, EOS: 0.1} for t in (BOS, A)})
     [g] = run_greedy(FakeModel(bos_lover), [0], max_lens=5)
-    assert g.tokens == [BOS, BOS, BOS, BOS, EOS]
-    [g] = run_greedy(FakeModel(bos_lover), [0], max_lens=5, no_repeat_ngram=1)
-    assert g.tokens == [A, EOS]
+    assert g.tokens == [A, A, A, A, EOS]
+    bos_lover2 = by_last({t: {BOS: 0.5, A: 0.3, B: 0.1, EOS: 0.1} for t in (BOS, A, B)})
+    [hyps] = run_beam(FakeModel(bos_lover2), [0], beam_size=2, nbest=2, max_lens=5)
+    assert len(hyps) == 2 and all(BOS not in h.tokens for h in hyps)
+    # BOS is part of the hypothesis for n-gram blocking (fairseq): with n=2, "BOS A" blocks
+    # nothing later, "A A" is blocked after its first use.
+    [g] = run_greedy(FakeModel(bos_lover), [0], max_lens=5, no_repeat_ngram=2)
+    assert g.tokens == [A, A, EOS]
 
 
 UNK_TABLE = by_last(
@@ -481,6 +486,7 @@ def test_sampling_top_k_stays_in_the_top_k():
         for i, tok in enumerate(h.tokens):
             lp = torch.tensor(dist(s, tuple(h.tokens[:i])))
             lp[PAD] = -math.inf
+            lp[BOS] = -math.inf
             if i == 0:
                 lp[EOS] = -math.inf  # min_len 1
             top2 = lp.topk(2).indices.tolist()
