@@ -7,11 +7,38 @@ Shape letters used in comments and docstrings throughout:
 
 Mask convention: a boolean attention mask is True where a query may attend; a padding
 indicator is named ``*_pad`` and is True where padding is (see seq2seq/masks.py).
+
+The public names below are imported on first use, so ``import seq2seq`` (and the CLI's
+start-up) does not pay for torch until a command needs it.
 """
 
-from seq2seq.config import ExperimentConfig, load_config
-from seq2seq.errors import UserError
-from seq2seq.model import Seq2SeqTransformer, build_model
+from __future__ import annotations
 
-__all__ = ["ExperimentConfig", "Seq2SeqTransformer", "UserError", "build_model", "load_config"]
+import importlib
+
+__all__ = [
+    "ExperimentConfig",
+    "Seq2SeqTransformer",
+    "Translator",
+    "UserError",
+    "build_model",
+    "load_config",
+    "load_model_dir",
+]
 __version__ = "0.1.0"
+
+_HOMES = {
+    "ExperimentConfig": "seq2seq.config",
+    "load_config": "seq2seq.config",
+    "UserError": "seq2seq.errors",
+    "Seq2SeqTransformer": "seq2seq.model",
+    "build_model": "seq2seq.model",
+    "load_model_dir": "seq2seq.modeldir",
+    "Translator": "seq2seq.translate",
+}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        return getattr(importlib.import_module(_HOMES[name]), name)
+    raise AttributeError(f"module 'seq2seq' has no attribute {name!r}")

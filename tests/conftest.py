@@ -28,3 +28,14 @@ def mirror() -> Path:
     if path is None:
         pytest.skip("Multi30K mirror not found (set SEQ2SEQ_MIRROR)")
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_torch_thread():
+    """Tiny test models run fastest on one thread (and the suite shares 2 cores)."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -134,7 +134,12 @@ def _build(path: Path, cfg_overrides: Sequence[str], train_steps: int, seed: int
     )
     if train_steps > 0:
         ids = tokenizer.encode_src([s for s, _ in pairs])
-        _train_copy(model, ids, steps=train_steps, seed=seed)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # tiny matrices: more threads only add overhead
+        try:
+            _train_copy(model, ids, steps=train_steps, seed=seed)
+        finally:
+            torch.set_num_threads(threads)
     save_model_dir(path, model.eval(), cfg)
 
 
