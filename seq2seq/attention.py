@@ -62,6 +62,9 @@ def attend(
     # Softmax in at least float32 (fp16/bf16 are upcast; float64 keeps its precision).
     weights = scores.softmax(dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32))
     weights = weights.to(q.dtype)
+    if mask is not None:
+        # A row with every key hidden gives NaN above; SDPA returns zeros there: match it.
+        weights = weights.masked_fill(~mask, 0.0)
     if dropout > 0.0:
         weights_d = F.dropout(weights, p=dropout)
         return weights_d @ v, weights

@@ -336,6 +336,9 @@ def _read_yaml(path: Path) -> dict:
         where = f":{mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise ConfigError(f"{path}{where}: {problem}") from None
+    except (ValueError, RecursionError) as e:  # PyYAML: a bad date or !!float, deep nesting
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise ConfigError(f"{path}: invalid YAML value ({reason})") from None
     return data or {}
 
 
@@ -361,7 +364,7 @@ def _parse_override(item: str) -> tuple[str, Any]:
         return key, raw  # a string field takes the text as written (YAML would read 1:00 as 60)
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, RecursionError):  # PyYAML raises all three
         value = raw
     return key, value
 

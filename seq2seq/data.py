@@ -558,17 +558,24 @@ class TokenBucketSampler(Sampler[list[int]]):
         self.epoch_fn = epoch_fn
         self.epoch = 0
         self._start = 0
+        self._start_epoch: int | None = None
         self._cached: tuple[int, list[np.ndarray]] | None = None
 
     def set_epoch(self, epoch: int) -> None:
         """Use ``epoch`` for the next iterations (ignored when ``epoch_fn`` is given)."""
         self.epoch = int(epoch)
 
-    def set_start_batch(self, n: int) -> None:
-        """Make the next iteration skip its first ``n`` batches (resuming mid-epoch); once."""
+    def set_start_batch(self, n: int, *, epoch: int | None = None) -> None:
+        """Make the next iteration skip its first ``n`` batches (resuming mid-epoch); once.
+
+        With ``epoch``, that next iteration is of ``epoch`` whatever ``epoch_fn`` says: a
+        resumed Lightning run creates its first iterator before its epoch counter moves past
+        an epoch that the checkpoint had finished.
+        """
         if n < 0:
             raise ValueError(f"start batch must be >= 0, got {n}")
         self._start = int(n)
+        self._start_epoch = None if epoch is None else int(epoch)
 
     def current_epoch(self) -> int:
         """The epoch the next iteration uses."""
@@ -623,8 +630,8 @@ class TokenBucketSampler(Sampler[list[int]]):
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
-        batches = self.batches()
-        start, self._start = self._start, 0
+        batches = self.batches(self._start_epoch)
+        start, self._start, self._start_epoch = self._start, 0, None
         return (b.tolist() for b in batches[start:])
 
     def __len__(self) -> int:

@@ -182,11 +182,11 @@ def read_export_info(export_dir: str | Path, *, engine: str, verify: bool = True
     """
     export_dir = Path(export_dir)
     path = export_dir / EXPORT_FILE
-    hint = f"create one with `seq2seq export MODEL_DIR --format {engine} --out {export_dir}`"
+    hint = f"--engine {engine} reads the folder that `seq2seq export MODEL_DIR --format {engine} --out DIR` writes"
     if not export_dir.is_dir():
         raise ExportError(f"export folder not found: {export_dir} ({hint})")
     if not path.is_file():
-        raise ExportError(f"{export_dir} is not a seq2seq {engine} export (no {EXPORT_FILE}); {hint}")
+        raise ExportError(f"{export_dir} is not a seq2seq export (no {EXPORT_FILE}); {hint}")
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -200,8 +200,8 @@ def read_export_info(export_dir: str | Path, *, engine: str, verify: bool = True
         )
     if info.get("engine") != engine:
         raise ExportError(
-            f"{export_dir} is a {info.get('engine')} export, not {engine}; "
-            f"use --engine {info.get('engine')} or {hint}"
+            f"{export_dir} was exported for {info.get('engine')}, not {engine}; "
+            f"use --engine {info.get('engine')}"
         )
     if verify:
         for name, expected in info.get("files", {}).items():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
 
 __all__ = ["LossOutput", "label_smoothed_nll"]
@@ -44,7 +45,8 @@ def label_smoothed_nll(
     keep = target.ne(ignore_index)
     if not bool(keep.all()):
         logits, target = logits[keep], target[keep]
-    log_probs = logits.float().log_softmax(dim=-1)  # (N, V)
+    # At least float32 (fp16/bf16 are upcast; float64 keeps its precision).
+    log_probs = logits.log_softmax(dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
     nll = -log_probs.gather(1, target.unsqueeze(1)).squeeze(1)  # (N,)
     smooth = -log_probs.mean(dim=-1)  # (N,)
     loss = (1.0 - epsilon) * nll + epsilon * smooth

@@ -6,23 +6,32 @@ Layout::
       config.yaml          the resolved experiment config (every key)
       spm.model            SentencePiece model (or spm.src.model + spm.tgt.model)
       model.safetensors    inference weights (averaged or best checkpoint); no pickle
-      manifest.json        format name + version, and the sha256 of each file above
+      manifest.json        format name + version, the sha256 of each file above, and the
+                           sha256 of the manifest's own content
       checkpoints/         Lightning training checkpoints (training and resume only)
       logs/                CSV and TensorBoard logs
 
 :func:`load_model_dir` (used by translate, evaluate, export and plot) reads only the
-manifest, YAML, SentencePiece and safetensors files: loading a model never unpickles, and
-a missing, truncated or altered file is a :class:`UserError` naming the file.
+manifest (JSON), the config (``yaml.safe_load``), SentencePiece (protobuf) and safetensors
+files: loading a model never unpickles, so a hostile model directory cannot run code. A
+missing, truncated or altered file is a :class:`ModelDirError` naming the file.
+
+The checksums detect corruption and accidental edits (a half-copied directory, a
+hand-edited config, weights replaced by another run's); they are not a signature: whoever
+can write the directory can rewrite the manifest too. What keeps a hostile directory
+harmless is the pickle-free loading, and the config is checked against the weights'
+shapes (read from the safetensors header) before any weight is allocated.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from seq2seq.config import ConfigError, ExperimentConfig, dump_config, load_config
@@ -38,6 +47,7 @@ __all__ = [
     "load_model_dir",
     "save_model_dir",
     "state_dict_for_saving",
+    "verify_model_dir",
     "write_manifest",
 ]
 
@@ -47,6 +57,7 @@ CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST_FILE = "manifest.json"
 SPM_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
+_FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 
 
 class ModelDirError(UserError):
@@ -63,6 +74,26 @@ class LoadedModel:
     tokenizer: object  # seq2seq.tokenizer.Tokenizer (imported lazily to keep this light)
 
 
+def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``state_dict()`` entries, each shared or tied tensor once (under its first name).
+
+    Identity decides (tied parameters are one object); for real tensors a shared data
+    pointer does too. Works on the meta device, where every data pointer is 0.
+    """
+    seen_ids: set[int] = set()
+    seen_ptrs: set[int] = set()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        ptr = tensor.data_ptr() if tensor.device.type != "meta" and tensor.numel() > 0 else None
+        if id(tensor) in seen_ids or (ptr is not None and ptr in seen_ptrs):
+            continue
+        seen_ids.add(id(tensor))
+        if ptr is not None:
+            seen_ptrs.add(ptr)
+        out[name] = tensor
+    return out
+
+
 def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The model's tensors without the aliases that tying or sharing creates.
 
@@ -70,21 +101,23 @@ def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     rebuilds the model from its config, so the ties are restored by construction.
     Buffers that are not persistent (the sinusoidal table) are not included.
     """
-    seen: dict[int, str] = {}
-    out: dict[str, torch.Tensor] = {}
-    for name, tensor in model.state_dict().items():
-        key = tensor.data_ptr()
-        if key in seen and tensor.numel() > 0:
-            continue
-        seen[key] = name
-        out[name] = tensor.detach().to("cpu").contiguous().clone()
-    return out
+    return {
+        name: tensor.detach().to("cpu").contiguous().clone()
+        for name, tensor in _unique_state(model).items()
+    }
 
 
 def _manifest_files(model_dir: Path) -> list[str]:
     names = [CONFIG_FILE, WEIGHTS_FILE]
     names += [n for n in SPM_FILES if (model_dir / n).is_file()]
     return names
+
+
+def _content_sha256(manifest: dict) -> str:
+    """sha256 of the manifest's content (format, version, files) in canonical JSON."""
+    content = {k: manifest.get(k) for k in ("format", "version", "files")}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def write_manifest(model_dir: str | Path) -> Path:
@@ -95,7 +128,8 @@ def write_manifest(model_dir: str | Path) -> Path:
         if not (model_dir / name).is_file():
             raise ModelDirError(f"{model_dir / name} is missing; cannot write the manifest")
         files[name] = sha256_file(model_dir / name)
-    manifest = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "files": files}
+    manifest: dict = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "files": files}
+    manifest["sha256"] = _content_sha256(manifest)
     path = model_dir / MANIFEST_FILE
     with atomic_open(path, "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2)
@@ -131,8 +165,14 @@ def save_model_dir(
     return write_manifest(model_dir)
 
 
-def verify_model_dir(model_dir: Path) -> dict:
-    """Check the manifest and every file it lists; return the manifest."""
+def verify_model_dir(model_dir: str | Path) -> dict:
+    """Check the manifest and every file it lists; return the manifest.
+
+    Raises:
+        ModelDirError: no directory; a missing, unreadable or altered manifest; a listed file
+            that is missing or whose sha256 differs (the file named).
+    """
+    model_dir = Path(model_dir)
     if not model_dir.is_dir():
         raise ModelDirError(f"model directory not found: {model_dir}")
     manifest_path = model_dir / MANIFEST_FILE
@@ -142,9 +182,9 @@ def verify_model_dir(model_dir: Path) -> dict:
             "(train one with `seq2seq train`)"
         )
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = json.loads(manifest_path.read_bytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ModelDirError(f"{manifest_path} is not valid JSON ({e})") from None
+        raise ModelDirError(f"{manifest_path} is corrupt: not valid JSON ({e})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
         raise ModelDirError(f"{manifest_path} does not describe a {FORMAT_NAME} directory")
     if manifest.get("version") != FORMAT_VERSION:
@@ -152,16 +192,23 @@ def verify_model_dir(model_dir: Path) -> dict:
             f"{manifest_path}: format version {manifest.get('version')!r} is not supported "
             f"(this seq2seq reads version {FORMAT_VERSION})"
         )
+    if manifest.get("sha256") != _content_sha256(manifest):
+        raise ModelDirError(
+            f"{manifest_path} is corrupt or was altered: its content does not match its own sha256"
+        )
     files = manifest.get("files")
     if not isinstance(files, dict) or CONFIG_FILE not in files or WEIGHTS_FILE not in files:
         raise ModelDirError(f"{manifest_path} lists no config or weights")
     for name, expected in files.items():
-        path = model_dir / name
-        if Path(name).name != name:
+        if Path(name).name != name or name in ("", ".", ".."):
             raise ModelDirError(f"{manifest_path} names a file outside the directory: {name!r}")
+        path = model_dir / name
         if not path.is_file():
             raise ModelDirError(f"{path} is missing (listed in {MANIFEST_FILE})")
-        actual = sha256_file(path)
+        try:
+            actual = sha256_file(path)
+        except OSError as e:
+            raise ModelDirError(f"{path} cannot be read: {e.strerror}") from None
         if actual != expected:
             raise ModelDirError(
                 f"{path} is corrupt or was altered: sha256 {actual} does not match "
@@ -170,47 +217,79 @@ def verify_model_dir(model_dir: Path) -> dict:
     return manifest
 
 
+def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
+    """Compare the safetensors header (names, shapes, dtypes) with the model the config builds.
+
+    Only the header is read, so a config that does not fit the weights (e.g. a huge
+    ``d_model``) is reported before anything is allocated.
+    """
+    weights, config = model_dir / WEIGHTS_FILE, model_dir / CONFIG_FILE
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            header = {k: f.get_slice(k) for k in f.keys()}
+            header = {k: (tuple(s.get_shape()), s.get_dtype()) for k, s in header.items()}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ModelDirError(f"{weights} is not a safetensors file: {e}") from None
+    missing = sorted(set(expected) - set(header))
+    unexpected = sorted(set(header) - set(expected))
+    if missing or unexpected:
+        raise ModelDirError(
+            f"{weights} does not fit {config}: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    for name, (shape, dtype) in header.items():
+        want = expected[name]
+        if shape != tuple(want.shape):
+            raise ModelDirError(
+                f"{weights}: {name} has shape {shape}, {config} needs {tuple(want.shape)}"
+            )
+        if want.is_floating_point() and dtype not in _FLOAT_DTYPES:
+            raise ModelDirError(f"{weights}: {name} has dtype {dtype}, not a floating type")
+
+
 def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
     """Verify and load a model directory (no unpickling anywhere).
 
     Raises:
-        ModelDirError: a missing, truncated or altered file, naming it.
+        ModelDirError: a missing, truncated or altered file, naming it; a config that the
+            weights do not fit.
     """
-    from seq2seq.tokenizer import Tokenizer
+    from seq2seq.tokenizer import PAD_ID, Tokenizer
 
     model_dir = Path(model_dir)
-    verify_model_dir(model_dir)
+    manifest = verify_model_dir(model_dir)
+    config_path = model_dir / CONFIG_FILE
     try:
-        cfg = load_config(model_dir / CONFIG_FILE)
+        cfg = load_config(config_path)
     except ConfigError as e:
-        raise ModelDirError(f"{model_dir / CONFIG_FILE}: {e}") from None
-    tokenizer = Tokenizer.load(model_dir)
-    from seq2seq.tokenizer import PAD_ID
-
-    model = build_model(
-        cfg.model,
+        raise ModelDirError(f"{config_path}: {e}") from None
+    listed = manifest["files"]
+    if SPM_FILES[0] in listed:
+        joint = True
+    elif SPM_FILES[1] in listed and SPM_FILES[2] in listed:
+        joint = False
+    else:
+        raise ModelDirError(
+            f"{model_dir / MANIFEST_FILE} lists no SentencePiece model "
+            f"({SPM_FILES[0]}, or {SPM_FILES[1]} and {SPM_FILES[2]})"
+        )
+    tokenizer = Tokenizer.load(model_dir, joint=joint)  # only files the manifest verified
+    sizes = dict(
         src_vocab_size=tokenizer.src_vocab_size,
         tgt_vocab_size=tokenizer.tgt_vocab_size,
         pad_id=PAD_ID,
     )
     try:
+        with torch.device("meta"):  # shapes only: nothing allocated
+            skeleton = build_model(cfg.model, **sizes)
+    except (ValueError, RuntimeError) as e:
+        raise ModelDirError(f"{config_path}: invalid model section ({e})") from None
+    _check_weights(model_dir, _unique_state(skeleton))
+    del skeleton
+    model = build_model(cfg.model, **sizes)
+    try:
         tensors = load_file(str(model_dir / WEIGHTS_FILE))
     except (SafetensorError, OSError, ValueError) as e:
         raise ModelDirError(f"{model_dir / WEIGHTS_FILE} cannot be read: {e}") from None
-    expected = state_dict_for_saving(model)
-    missing = sorted(set(expected) - set(tensors))
-    unexpected = sorted(set(tensors) - set(expected))
-    if missing or unexpected:
-        raise ModelDirError(
-            f"{model_dir / WEIGHTS_FILE} does not fit {model_dir / CONFIG_FILE}: "
-            f"missing {missing[:3]}, unexpected {unexpected[:3]}"
-        )
-    for name, tensor in tensors.items():
-        if tensor.shape != expected[name].shape:
-            raise ModelDirError(
-                f"{model_dir / WEIGHTS_FILE}: {name} has shape {tuple(tensor.shape)}, the config "
-                f"needs {tuple(expected[name].shape)}"
-            )
     model.load_state_dict(tensors, strict=False)
     model.to(device).eval()
     return LoadedModel(path=model_dir, cfg=cfg, model=model, tokenizer=tokenizer)

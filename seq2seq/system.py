@@ -462,7 +462,10 @@ class TranslationModule(pl.LightningModule):
         self.data_position = self.resume_position
         trainer = self._trainer
         sampler = getattr(getattr(trainer, "datamodule", None), "train_sampler", None)
-        # Lightning resumes inside epoch `epoch` (its loop state says so); an epoch that was
-        # finished is left to Lightning, which starts the next one from its first batch.
-        if sampler is not None and 0 < consumed < len(sampler.batches(epoch)):
-            sampler.set_start_batch(consumed)
+        if sampler is not None:
+            # The next batch is `consumed` of `epoch`, or the first of the next epoch when
+            # the checkpoint was written after an epoch's last batch. Lightning creates the
+            # first iterator before its own epoch counter is settled: name the epoch.
+            if consumed >= len(sampler.batches(epoch)):
+                epoch, consumed = epoch + 1, 0
+            sampler.set_start_batch(consumed, epoch=epoch)

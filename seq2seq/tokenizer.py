@@ -169,6 +169,25 @@ def train_tokenizer(
     return Tokenizer.load(out_dir, joint=joint)
 
 
+def _encode(sp: spm.SentencePieceProcessor, texts: list[str] | str, out_type: type) -> list:
+    """``sp.encode``; a text SentencePiece cannot take (a lone surrogate) is a UserError."""
+    try:
+        return sp.encode(texts, out_type=out_type)
+    except (TypeError, RuntimeError):
+        for i, text in enumerate([texts] if isinstance(texts, str) else texts):
+            if not isinstance(text, str):
+                continue
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:
+                raise UserError(
+                    f"sentence {i + 1}: unpaired surrogate U+{ord(text[e.start]):04X} at "
+                    f"character {e.start + 1} is not valid Unicode (text decoded with "
+                    "errors='surrogateescape'?); decode input as strict UTF-8"
+                ) from None
+        raise
+
+
 def _load_processor(path: Path) -> spm.SentencePieceProcessor:
     try:
         sp = spm.SentencePieceProcessor(model_file=str(path))
@@ -241,12 +260,12 @@ class Tokenizer:
         return self._tgt.get_piece_size()
 
     def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source sentences -> piece ids (no BOS/EOS)."""
-        return self._src.encode(list(texts), out_type=int)
+        """Source sentences -> piece ids (no BOS/EOS); a lone surrogate is a UserError."""
+        return _encode(self._src, list(texts), int)
 
     def encode_tgt(self, texts: Sequence[str]) -> list[list[int]]:
-        """Target sentences -> piece ids (no BOS/EOS)."""
-        return self._tgt.encode(list(texts), out_type=int)
+        """Target sentences -> piece ids (no BOS/EOS); a lone surrogate is a UserError."""
+        return _encode(self._tgt, list(texts), int)
 
     def decode_src(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Source ids -> text; PAD, BOS and EOS anywhere are ignored (UNK decodes as ``⁇``)."""
@@ -263,7 +282,7 @@ class Tokenizer:
 
     def src_pieces(self, text: str) -> list[str]:
         """The source pieces of one sentence (plot labels)."""
-        return self._src.encode(text, out_type=str)
+        return _encode(self._src, text, str)
 
     def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
         """The target piece of each id, specials included (``<s>``, ``</s>``, ``<pad>``)."""

@@ -462,6 +462,9 @@ class Translator:
     def _detokenize(self, hyps: list[Hypothesis]) -> list[Translation]:
         ids = [[t for t in h.tokens if t != self.eos_id] for h in hyps]
         texts = self.tokenizer.decode_tgt(ids) if ids else []
+        # A translation is one line whatever the SentencePiece model decodes (byte-fallback
+        # pieces can decode to "\n" or "\r"): output lines must stay aligned with the input.
+        texts = [t.replace("\r", " ").replace("\n", " ") for t in texts]
         return [
             Translation(text, float(h.score), list(h.token_scores))
             for text, h in zip(texts, hyps)
@@ -586,10 +589,17 @@ def _resume_point(partial: Path, nbest: int) -> int:
     """
     data = partial.read_bytes()
     data = data[: data.rfind(b"\n") + 1]  # complete lines only
-    lines = data.splitlines(keepends=True) if data else []
+    lines = [ln + b"\n" for ln in data.split(b"\n")[:-1]]  # b"\n" only, like LineReader
     if nbest > 1 and lines:
-        last = int(lines[-1].split(b" ||| ", 1)[0])
-        lines = [ln for ln in lines if int(ln.split(b" ||| ", 1)[0]) < last]
+        try:
+            numbers = [int(ln.split(b" ||| ", 1)[0]) for ln in lines]
+        except ValueError:
+            raise UserError(
+                f"{partial} does not hold n-best lines (LINE ||| TEXT ||| SCORE); "
+                "cannot resume it with --nbest"
+            ) from None
+        last = numbers[-1]
+        lines = [ln for ln, n in zip(lines, numbers) if n < last]
         done = last - 1
     else:
         done = len(lines)

@@ -22,7 +22,7 @@ many tests is cheap.
 
 Example::
 
-    from tests.factories import make_model_dir
+    from factories import make_model_dir  # tests/ is on sys.path under pytest
 
     def test_something(tmp_path):
         model_dir = make_model_dir(tmp_path / "model", train_steps=150)

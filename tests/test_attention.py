@@ -196,3 +196,19 @@ def test_cross_attention_paths_agree_and_hide_padding(padded: bool) -> None:
     # one query at a time gives the same rows (queries are independent)
     rows = torch.cat([attn(x[:, i : i + 1], kv, mask=mask)[0] for i in range(5)], 1)
     torch.testing.assert_close(rows, fast, atol=1e-12, rtol=1e-10)
+
+
+def test_fully_masked_rows_give_zeros_on_both_paths() -> None:
+    """A query that may attend to nothing: SDPA returns zeros, and so does the explicit path."""
+    q, k, v = _qkv(2, 3, 4, seed=5)
+    mask = torch.ones(2, 1, 3, 4, dtype=torch.bool)
+    mask[0, :, 1] = False  # row 1 of batch item 0 sees no key
+    mask[1] = False  # batch item 1 sees nothing at all (an all-padding sentence)
+    fast, _ = attend(q, k, v, mask=mask)
+    slow, w = attend(q, k, v, mask=mask, need_weights=True)
+    assert torch.isfinite(slow).all() and torch.isfinite(w).all()
+    torch.testing.assert_close(fast, slow, atol=1e-12, rtol=1e-10)
+    assert torch.equal(w[0, :, 1], torch.zeros(H, 4, dtype=DTYPE))
+    assert torch.equal(w[1], torch.zeros(H, 3, 4, dtype=DTYPE))
+    assert torch.equal(slow[1], torch.zeros(H, 3, D // H, dtype=DTYPE))
+    torch.testing.assert_close(w[0, :, 0].sum(-1), torch.ones(H, dtype=DTYPE))

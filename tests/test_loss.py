@@ -26,13 +26,14 @@ def test_matches_cross_entropy(epsilon: float) -> None:
     logits, target = batch()
     out = label_smoothed_nll(logits, target, epsilon=epsilon, ignore_index=PAD)
     assert isinstance(out, LossOutput)
+    assert out.loss.dtype == out.nll.dtype == torch.float64  # float64 is not cut to float32
     flat_logits, flat_target = logits.reshape(-1, 11), target.reshape(-1)
     expected = F.cross_entropy(
         flat_logits, flat_target, reduction="sum", ignore_index=PAD, label_smoothing=epsilon
     )
     nll = F.cross_entropy(flat_logits, flat_target, reduction="sum", ignore_index=PAD)
-    torch.testing.assert_close(out.loss.double(), expected, atol=1e-5, rtol=1e-6)
-    torch.testing.assert_close(out.nll.double(), nll, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(out.loss, expected, atol=1e-10, rtol=1e-12)
+    torch.testing.assert_close(out.nll, nll, atol=1e-10, rtol=1e-12)
     assert out.n_tokens == int((target != PAD).sum()) == 18 - 2 - 5
     if epsilon == 0.0:
         torch.testing.assert_close(out.loss, out.nll)
@@ -83,7 +84,7 @@ def test_no_padding_and_all_padding() -> None:
     expected = F.cross_entropy(
         logits.reshape(-1, 11), full.reshape(-1), reduction="sum", label_smoothing=0.2
     )
-    torch.testing.assert_close(out.loss.double(), expected, atol=1e-5, rtol=1e-6)
+    torch.testing.assert_close(out.loss, expected, atol=1e-10, rtol=1e-12)
     empty = label_smoothed_nll(logits, torch.zeros_like(target), epsilon=0.1, ignore_index=PAD)
     assert empty.n_tokens == 0
     assert empty.loss.item() == 0.0 and empty.nll.item() == 0.0
@@ -97,8 +98,8 @@ def test_closed_form_smoothing() -> None:
     eps = 0.25
     expected = (1 - eps) * -log_p[2] + eps * -log_p.mean()
     out = label_smoothed_nll(logits, target, epsilon=eps, ignore_index=PAD)
-    torch.testing.assert_close(out.loss.double(), expected, atol=1e-6, rtol=0)
-    torch.testing.assert_close(out.nll.double(), -log_p[2], atol=1e-6, rtol=0)
+    torch.testing.assert_close(out.loss, expected, atol=1e-12, rtol=0)
+    torch.testing.assert_close(out.nll, -log_p[2], atol=1e-12, rtol=0)
     assert out.n_tokens == 1
 
 

@@ -13,16 +13,6 @@ from seq2seq.layers import FeedForward, PositionalEncoding, sinusoidal_table
 from seq2seq.loss import label_smoothed_nll
 from seq2seq.model import Seq2SeqTransformer, build_model
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run faster on one thread (and share the CPU better); restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 PAD, BOS, EOS = 0, 2, 3
 V = 20
 MASKS = {
@@ -222,6 +212,22 @@ def test_padded_source_tokens_have_no_influence() -> None:
         out = model.project(model.decode(tgt, noisy, src_pad))
     torch.testing.assert_close(out, base, atol=1e-12, rtol=1e-10)
     torch.testing.assert_close(base, model(src, tgt), atol=1e-12, rtol=1e-10)
+
+
+def test_all_padding_source_row_is_finite_on_both_paths() -> None:
+    """A batch row whose source is all padding attends to nothing: zeros, never NaN."""
+    model = make_model()
+    src = padded_src([5, 2])
+    src[1] = PAD
+    tgt = tgt_prefix(2, 4)
+    with torch.no_grad():
+        fast = model(src, tgt)
+        slow, attn = model.forward_with_attention(src, tgt)
+        alone = model(src[:1], tgt[:1])
+    assert torch.isfinite(fast).all() and torch.isfinite(slow).all()
+    torch.testing.assert_close(slow, fast, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(fast[:1], alone, atol=1e-10, rtol=0)
+    assert torch.equal(attn.cross[-1][1], torch.zeros_like(attn.cross[-1][1]))
 
 
 # ---- incremental decoding -------------------------------------------------------------------------

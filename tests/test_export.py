@@ -1,0 +1,269 @@
+"""Export to CTranslate2 and ONNX: the exported models translate exactly like the torch model."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from seq2seq.cli import main
+from seq2seq.engines import CTranslate2Engine, OnnxEngine
+from seq2seq.errors import UserError
+from seq2seq.export import ExportError, export_ctranslate2, export_model, export_onnx
+from seq2seq.modeldir import load_model_dir
+from seq2seq.translate import SearchOptions, Translator
+from factories import make_model_dir, synthetic_pairs
+
+pytest.importorskip("ctranslate2")
+pytest.importorskip("onnxruntime")
+
+# Two trained variants cover pre-/post-norm, shared/separate vocabularies and embeddings,
+# sinusoidal/learned positions, relu/gelu, one and two layers.
+VARIANTS = {
+    "prenorm-shared-sinusoidal": (),
+    "postnorm-separate-learned": (
+        "data.joint_vocab=false",
+        "model.share_embeddings=false",
+        "model.tie_output=false",
+        "model.norm_first=false",
+        "model.positions=learned",
+        "model.activation=gelu",
+        "model.n_encoder_layers=2",
+        "model.n_decoder_layers=2",
+    ),
+}
+TRAIN_STEPS = 150
+SENTENCES = [s for s, _ in synthetic_pairs(24, seed=7)]
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory) -> dict:
+    """Per variant: the model directory and its float32 CTranslate2 and ONNX exports."""
+    out = {}
+    for name, overrides in VARIANTS.items():
+        root = tmp_path_factory.mktemp(name)
+        model_dir = make_model_dir(root / "model", cfg_overrides=overrides, train_steps=TRAIN_STEPS)
+        out[name] = {
+            "torch": model_dir,
+            "ctranslate2": export_ctranslate2(model_dir, root / "ct2"),
+            "onnx": export_onnx(model_dir, root / "onnx"),
+        }
+    return out
+
+
+def _search(folder, engine: str, opts: SearchOptions):
+    translator = Translator.load(folder, engine=engine)
+    src = translator.encode(SENTENCES)
+    return translator.engine.translate_ids(src, opts)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_greedy_output_is_token_identical_on_every_engine(exported, variant):
+    dirs = exported[variant]
+    greedy = SearchOptions(method="greedy")
+    reference = _search(dirs["torch"], "torch", greedy)
+    tokens = [h[0].tokens for h in reference]
+    assert len({tuple(t) for t in tokens}) > len(tokens) // 2  # a trained, input-dependent model
+    for engine in ("ctranslate2", "onnx"):
+        hyps = _search(dirs[engine], engine, greedy)
+        assert [h[0].tokens for h in hyps] == tokens, engine
+        for ref, got in zip(reference, hyps):
+            # ONNX runs seq2seq.search: the same scores. CTranslate2 renormalizes without EOS
+            # at the min_len step (documented in seq2seq/engines.py): slightly higher scores.
+            if engine == "onnx":
+                assert got[0].score == pytest.approx(ref[0].score, abs=1e-4)
+            else:
+                assert ref[0].score - 1e-4 <= got[0].score <= ref[0].score + 0.05
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_beam_nbest_and_scores_agree(exported, variant):
+    dirs = exported[variant]
+    beam = SearchOptions(method="beam", beam_size=4, nbest=3, len_penalty=0.8)
+    reference = _search(dirs["torch"], "torch", beam)
+    onnx = _search(dirs["onnx"], "onnx", beam)
+    for ref, got in zip(reference, onnx):  # same search code: the same n-best lists
+        assert [h.tokens for h in got] == [h.tokens for h in ref]
+        assert [h.score for h in got] == pytest.approx([h.score for h in ref], abs=1e-4)
+    ct2 = CTranslate2Engine(dirs["ctranslate2"], exact_scores=True)
+    translator = Translator.load(dirs["ctranslate2"], engine="ctranslate2")
+    hyps = ct2.translate_ids(translator.encode(SENTENCES), beam)
+    same_top = [ref[0].tokens == got[0].tokens for ref, got in zip(reference, hyps)]
+    assert sum(same_top) >= 0.9 * len(same_top)
+    for ref, got in zip(reference, hyps):
+        assert len(got) == 3
+        if ref[0].tokens == got[0].tokens:  # rescored: fairseq's score, per-token log-probs
+            assert got[0].score == pytest.approx(ref[0].score, abs=1e-4)
+            assert got[0].token_scores == pytest.approx(ref[0].token_scores, abs=1e-4)
+
+
+def test_cli_translate_same_lines_with_each_engine(exported, tmp_path):
+    dirs = exported["prenorm-shared-sinusoidal"]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(SENTENCES[:8]) + "\n", encoding="utf-8")
+    outputs = {}
+    for engine in ("torch", "ctranslate2", "onnx"):
+        out = tmp_path / f"{engine}.txt"
+        argv = ["translate", "--engine", engine, str(dirs[engine]), "-i", str(src), "-o", str(out)]
+        assert main([*argv, "--greedy"]) == 0
+        outputs[engine] = out.read_text(encoding="utf-8")
+    assert len(outputs["torch"].splitlines()) == 8
+    assert outputs["ctranslate2"] == outputs["torch"] == outputs["onnx"]
+
+
+def test_int8_export_translates_close_to_float32(exported, tmp_path):
+    model_dir = exported["prenorm-shared-sinusoidal"]["torch"]
+    int8 = export_model(model_dir, tmp_path / "int8", fmt="ctranslate2", quantization="int8")
+    f32 = exported["prenorm-shared-sinusoidal"]["ctranslate2"]
+    assert (int8 / "model.bin").stat().st_size < 0.6 * (f32 / "model.bin").stat().st_size
+    greedy = SearchOptions(method="greedy")
+    ref = [h[0].tokens for h in _search(model_dir, "torch", greedy)]
+    got = [h[0].tokens for h in _search(int8, "ctranslate2", greedy)]
+    assert sum(a == b for a, b in zip(ref, got)) >= 0.75 * len(ref)
+
+
+@pytest.mark.parametrize("mask", ["causal", "window", "block"])
+def test_onnx_decoder_step_matches_decode_step_with_reorder(tmp_path, mask):
+    overrides = (
+        f"model.decoder_mask={mask}",
+        "model.window=3",
+        "model.block_size=2",
+        "model.prev_blocks=1",
+        "model.n_decoder_layers=2",
+    )
+    model_dir = make_model_dir(tmp_path / "model", cfg_overrides=overrides, seed=3)
+    engine = OnnxEngine(export_onnx(model_dir, tmp_path / "onnx"))
+    model = load_model_dir(model_dir).model
+    src = [[5, 9, 12, 7, 3], [11, 3]]
+    src_ids = torch.tensor([[5, 9, 12, 7, 3], [11, 3, 0, 0, 0]])
+    state = model.start_state(src_ids)
+    ostate = engine.start_state(src)
+    np.testing.assert_array_equal(ostate.src_pad, state.src_pad.numpy())
+    for (k, v), ok, ov in zip(state.cross_kv, ostate.cross[::2], ostate.cross[1::2]):
+        np.testing.assert_allclose(ok, k.detach().numpy(), atol=1e-5)
+        np.testing.assert_allclose(ov, v.detach().numpy(), atol=1e-5)
+    prefix = torch.tensor([[2], [2]])
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for step in range(7):
+            expected, state = model.decode_step(prefix, state)
+            got, ostate = engine.step(prefix, ostate)
+            torch.testing.assert_close(got, expected, atol=1e-4, rtol=0)
+            for (k, _), ok in zip(state.self_kv, ostate.self_kv[::2]):
+                assert ok.shape == tuple(k.shape)  # the window trims the cache alike
+            if step == 2:  # beam-style reorder: rows duplicated and swapped
+                index = torch.tensor([1, 0, 1])
+                state, ostate, prefix = state.reorder(index), ostate.reorder(index), prefix[index]
+            new = torch.randint(4, model.tgt_vocab_size, (prefix.size(0), 1), generator=gen)
+            prefix = torch.cat([prefix, new], dim=1)
+
+
+def test_export_folders_are_self_contained(exported):
+    for name in VARIANTS:
+        dirs = exported[name]
+        spm = {p.name for p in dirs["torch"].glob("spm*.model")}
+        for fmt in ("ctranslate2", "onnx"):
+            files = {p.name for p in dirs[fmt].iterdir()}
+            assert {"config.yaml", "export.json", "README.md"} | spm <= files
+            assert not any(f.startswith(".") for f in files)
+        assert "ctranslate2.Translator" in (dirs["ctranslate2"] / "README.md").read_text()
+        assert "onnxruntime" in (dirs["onnx"] / "README.md").read_text()
+
+
+def test_altered_export_is_refused(exported, tmp_path):
+    import shutil
+
+    folder = shutil.copytree(exported["prenorm-shared-sinusoidal"]["onnx"], tmp_path / "onnx")
+    data = bytearray((folder / "decoder_step.onnx").read_bytes())
+    data[-10] ^= 0xFF
+    (folder / "decoder_step.onnx").write_bytes(bytes(data))
+    with pytest.raises(ExportError, match="decoder_step.onnx is corrupt"):
+        OnnxEngine(folder)
+    with pytest.raises(ExportError, match="exported for onnx, not ctranslate2"):
+        CTranslate2Engine(exported["prenorm-shared-sinusoidal"]["onnx"])
+
+
+# ---- failures: no half-written folders, clear errors ----------------------------------------
+
+
+def _leftovers(parent, model_dir) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p != model_dir)
+
+
+def test_interrupted_ctranslate2_export_leaves_nothing(tmp_path, monkeypatch):
+    from ctranslate2.specs import transformer_spec
+
+    model_dir = make_model_dir(tmp_path / "model")
+
+    def save_then_fail(self, output_dir):
+        (tmp_path / "x").touch()  # the spec API was reached
+        (__import__("pathlib").Path(output_dir) / "model.bin").write_bytes(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(transformer_spec.TransformerSpec, "save", save_then_fail)
+    with pytest.raises(OSError, match="disk full"):
+        export_ctranslate2(model_dir, tmp_path / "out")
+    (tmp_path / "x").unlink()
+    assert _leftovers(tmp_path, model_dir) == []
+
+
+def test_interrupted_onnx_export_leaves_nothing_and_keeps_the_old_one(tmp_path, monkeypatch):
+    model_dir = make_model_dir(tmp_path / "model")
+    old = export_onnx(model_dir, tmp_path / "out")
+    before = (old / "export.json").read_text()
+    calls = []
+    real_export = torch.onnx.export
+
+    def export_then_fail(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:  # the encoder is written, the decoder step fails
+            raise RuntimeError("exporter crashed")
+        return real_export(*args, **kwargs)
+
+    monkeypatch.setattr(torch.onnx, "export", export_then_fail)
+    with pytest.raises(RuntimeError, match="exporter crashed"):
+        export_onnx(model_dir, tmp_path / "out", force=True)
+    assert _leftovers(tmp_path, model_dir) == ["out"]
+    assert (old / "export.json").read_text() == before
+    with pytest.raises(ExportError, match="already exists; pass --force"):
+        export_onnx(model_dir, tmp_path / "out")
+
+
+@pytest.mark.parametrize(("mask", "feature"), [("block", "block-causal"), ("window", "sliding-window")])
+def test_unsupported_decoder_mask_for_ctranslate2_is_a_user_error(tmp_path, capsys, mask, feature):
+    model_dir = make_model_dir(tmp_path / "model", cfg_overrides=(f"model.decoder_mask={mask}",))
+    with pytest.raises(UserError, match=feature):
+        export_ctranslate2(model_dir, tmp_path / "out")
+    argv = ["export", str(model_dir), "--format", "ctranslate2", "--out", str(tmp_path / "out")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and feature in err and "--format onnx" in err
+    assert _leftovers(tmp_path, model_dir) == []
+
+
+def test_cli_export_missing_model_dir_is_one_line_exit_2(tmp_path, capsys):
+    argv = ["export", str(tmp_path / "nope"), "--format", "onnx", "--out", str(tmp_path / "o")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not found" in err and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_cli_export_writes_the_folder(tmp_path, capsys):
+    model_dir = make_model_dir(tmp_path / "model")
+    out = tmp_path / "ct2"
+    assert main(["export", str(model_dir), "--out", str(out)]) == 0  # config: ctranslate2
+    assert (out / "model.bin").is_file() and "wrote" in capsys.readouterr().err
+    assert main(["export", str(model_dir), "--out", str(out), "--format", "onnx"]) == 2
+    assert main(["export", str(model_dir), "--out", str(out), "--format", "onnx", "--force"]) == 0
+    assert (out / "decoder_step.onnx").is_file() and not (out / "model.bin").exists()
+
+
+def test_ctranslate2_engine_rejects_a_finite_unk_penalty(exported):
+    engine = CTranslate2Engine(exported["prenorm-shared-sinusoidal"]["ctranslate2"])
+    with pytest.raises(UserError, match="unk_penalty"):
+        engine.translate_ids([[5, 3]], SearchOptions(unk_penalty=2.0))
+    hyps = engine.translate_ids([[5, 3]], SearchOptions(unk_penalty=math.inf, method="greedy"))
+    assert 1 not in hyps[0][0].tokens
