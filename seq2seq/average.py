@@ -16,7 +16,6 @@ from __future__ import annotations
 import pickle
 import re
 import shutil
-import zipfile
 from pathlib import Path
 
 import torch
@@ -58,14 +57,24 @@ def read_checkpoint(path: str | Path) -> dict:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # torch colours its message
+        needs = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        if needs:
+            raise CheckpointError(
+                f"{path} holds objects that only unsafe unpickling could load (it needs "
+                f"{needs.group(1)}); refusing it (checkpoints must contain only tensors, "
+                "numbers and strings)"
+            ) from None
+        reason = re.search(r"WeightsUnpickler error: (.+)", text)
+        first = reason.group(1).strip() if reason else type(e).__name__
         raise CheckpointError(
-            f"{path} holds objects that only unsafe unpickling could load; refusing it "
-            f"(checkpoints must contain only tensors, numbers and strings): {first}"
+            f"{path} is not a readable checkpoint (truncated?): {first}"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError, zipfile.BadZipFile) as e:
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise CheckpointError(f"{path} is not a readable checkpoint (truncated?): {first}") from None
+    except Exception as e:  # weights_only: a parse error of a corrupt file, never foreign code
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise CheckpointError(
+            f"{path} is not a readable checkpoint (truncated?): {type(e).__name__} {first}"
+        ) from None
     if not isinstance(ckpt, dict) or not isinstance(ckpt.get("state_dict"), dict):
         raise CheckpointError(f"{path} is not a seq2seq training checkpoint (no state_dict)")
     return ckpt
@@ -128,7 +137,9 @@ def average_checkpoints(paths: list[str | Path]) -> dict[str, Tensor]:
                 sums[name] = t.double() if t.is_floating_point() else t.clone()
             continue
         if model_cfg != first_model_cfg:
-            raise CheckpointError(f"{path} is of another model than {paths[0]} (model config differs)")
+            raise CheckpointError(
+                f"{path} is of another model than {paths[0]} (model config differs)"
+            )
         if set(state) != set(sums):
             diff = sorted(set(state) ^ set(sums))[:3]
             raise CheckpointError(f"{path} and {paths[0]} hold different tensors: {diff}")
@@ -193,7 +204,9 @@ def average_model_dir(model_dir: str | Path, *, n: int, out: str | Path) -> Path
         model.load_state_dict(weights)
     except RuntimeError as e:
         first = str(e).strip().splitlines()[0]
-        raise CheckpointError(f"{paths[-1]} does not fit {model_dir / CONFIG_FILE}: {first}") from None
+        raise CheckpointError(
+            f"{paths[-1]} does not fit {model_dir / CONFIG_FILE}: {first}"
+        ) from None
     if out.suffix == ".safetensors":
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.writing")

@@ -282,6 +282,18 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
         "folder `seq2seq export --format ctranslate2|onnx` wrote",
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument(
+        "--threads", type=int, metavar="N", help="CPU threads for every engine (default: torch's)"
+    )
+
+
+def _set_threads(args: argparse.Namespace) -> None:
+    if args.threads is not None:
+        if args.threads < 1:
+            raise UserError(f"--threads must be >= 1, got {args.threads}")
+        import torch
+
+        torch.set_num_threads(args.threads)
 
 
 def _search_overrides(args: argparse.Namespace) -> dict:
@@ -360,6 +372,7 @@ def _run_translate(args) -> int:
         raise UserError("--resume needs -o FILE")
     if args.buffer_lines < 1:
         raise UserError(f"--buffer-lines must be >= 1, got {args.buffer_lines}")
+    _set_threads(args)
     reader = open_lines(args.input)
     translator = Translator.load(
         args.model_dir, device=args.device, engine=args.engine, **_search_overrides(args)
@@ -398,7 +411,9 @@ def _evaluate(sub) -> None:
     p.add_argument("--corpus", help="registered corpus (default: the model's data.corpus)")
     p.add_argument("--pair", help="language pair, e.g. en-de (default: the model's data.pair)")
     p.add_argument("--split", help="split, e.g. test_2016_flickr (default: data.test_splits[0])")
-    p.add_argument("--variant", choices=["raw", "tok"], help="corpus variant (default: the model's)")
+    p.add_argument(
+        "--variant", choices=["raw", "tok"], help="corpus variant (default: the model's)"
+    )
     p.add_argument(
         "--mirror",
         default=os.environ.get("SEQ2SEQ_MIRROR"),
@@ -421,6 +436,7 @@ def _run_evaluate(args) -> int:
     from seq2seq.evaluate import evaluate
     from seq2seq.metrics import format_scores
 
+    _set_threads(args)
     result = evaluate(
         args.model_dir,
         src=args.src,

@@ -66,6 +66,7 @@ __all__ = [
     "export_model",
     "export_onnx",
     "read_export_info",
+    "require",
 ]
 
 EXPORT_FORMAT = "seq2seq-export"
@@ -87,6 +88,18 @@ class ExportError(UserError):
 
 # ---------------------------------------------------------------------------------------------
 # Shared: reading the model directory, writing the folder
+
+
+def require(module: str):
+    """Import an optional export dependency, or raise a UserError saying how to install it."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ExportError(
+            f"{module} is not installed; install the export extras: pip install 'seq2seq[export]'"
+        ) from None
 
 
 def _load(model_dir: Path):
@@ -301,7 +314,11 @@ def ctranslate2_spec(model, *, src_pieces: list[str], tgt_pieces: list[str], spe
     spec = transformer_spec.TransformerSpec(enc_spec, dec_spec)
 
     for side_spec, side in ((enc_spec, enc), (dec_spec, dec)):
-        emb = side_spec.embeddings[0] if isinstance(side_spec.embeddings, list) else side_spec.embeddings
+        emb = (
+            side_spec.embeddings[0]
+            if isinstance(side_spec.embeddings, list)
+            else side_spec.embeddings
+        )
         emb.weight = _np(side.embedding.weight)
         side_spec.scale_embeddings = True  # ours: embedding * sqrt(d_model), then + position
         side_spec.position_encodings.encodings = _np(side.positions.weight)  # row p = position p
@@ -375,9 +392,9 @@ def _check_ct2_probe(tmp: Path, model, special: dict, src_pieces, tgt_pieces) ->
     src, tgt = _probe_ids(model)
     expected = _torch_probe_log_probs(model, src, tgt, special["eos"], special["bos"])
     translator = ctranslate2.Translator(str(tmp), device="cpu", intra_threads=1)
-    result = translator.score_batch(
-        [[src_pieces[i] for i in src]], [[tgt_pieces[i] for i in tgt]]
-    )[0]
+    result = translator.score_batch([[src_pieces[i] for i in src]], [[tgt_pieces[i] for i in tgt]])[
+        0
+    ]
     got = np.asarray(result.log_probs, dtype=np.float32)
     diff = float(np.abs(got - expected).max()) if got.shape == expected.shape else float("inf")
     if not diff <= PROBE_TOLERANCE:
@@ -417,7 +434,7 @@ def export_ctranslate2(
     _check_out(out_dir, force)
     loaded = _load(model_dir)
     check_ctranslate2_support(loaded.cfg.model, str(model_dir / "config.yaml"))
-    import ctranslate2
+    ctranslate2 = require("ctranslate2")
 
     model, special = loaded.model, _special_ids()
     src_spm, tgt_spm = _side_spm(model_dir)
@@ -599,7 +616,9 @@ def _export_graphs(model, tmp: Path, opset: int) -> dict:
         )
         n, past, s = 2, 2, src_ids.size(1)
         tokens = torch.full((n, 1), 4, dtype=torch.long).clamp(max=model.tgt_vocab_size - 1)
-        past_len = past if model.decoder.self_mask != "window" else min(past, model.decoder.window - 1)
+        past_len = (
+            past if model.decoder.self_mask != "window" else min(past, model.decoder.window - 1)
+        )
         self_kv = [torch.randn(n, h, past_len, dh) for _ in range(2 * n_dec)]
         cross_kv = [torch.randn(n, h, s, dh) for _ in range(2 * n_dec)]
         args = (tokens, torch.tensor(past, dtype=torch.long), src_ids.eq(0), *self_kv, *cross_kv)
@@ -726,6 +745,8 @@ def export_onnx(
     if opset < 14:
         raise ExportError(f"ONNX opset {opset} is too old; use 14 or newer (default 17)")
     _check_out(out_dir, force)
+    require("onnx")  # torch.onnx.export needs it
+    require("onnxruntime")  # the self-check
     loaded = _load(model_dir)
     model, special = loaded.model, _special_ids()
     src_spm, tgt_spm = _side_spm(model_dir)
@@ -784,9 +805,7 @@ def export_model(
         raise ExportError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
     if fmt == "onnx":
         if quantization != "none":
-            raise ExportError(
-                f"--quantization {quantization} applies to --format ctranslate2 only"
-            )
+            raise ExportError(f"--quantization {quantization} applies to --format ctranslate2 only")
         return export_onnx(model_dir, out_dir, opset=opset, force=force)
     return export_ctranslate2(model_dir, out_dir, quantization=quantization, force=force)
 
@@ -795,4 +814,3 @@ def describe(out_dir: Path) -> str:
     """One line about an export folder, for the CLI."""
     size = sum(p.stat().st_size for p in out_dir.iterdir() if p.is_file())
     return f"wrote {out_dir} ({size / 1e6:.1f} MB)"
-

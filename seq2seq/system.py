@@ -313,31 +313,34 @@ class TranslationModule(pl.LightningModule):
         elapsed = now - self._tick if self._tick is not None else 0.0
         self._tick = now
         if bad:
-            for p in self.model.parameters():
-                p.grad = None  # AdamW skips parameters without gradients: no update
             self.nonfinite_in_row += 1
             self.nonfinite_total += 1
-            self.log("train/nonfinite", float(self.nonfinite_total), on_step=True, batch_size=1)
-            if t.max_nonfinite and self.nonfinite_in_row >= t.max_nonfinite:
-                raise TrainingDiverged(
-                    f"the loss was not finite in {self.nonfinite_in_row} updates in a row "
-                    f"(at step {self.global_step}); stopping (training.max_nonfinite = "
-                    f"{t.max_nonfinite}). The last checkpoint, from before, is kept: lower "
-                    "training.lr, raise training.warmup_steps or set training.clip_norm"
-                )
-            return
-        self.nonfinite_in_row = 0
+        else:
+            self.nonfinite_in_row = 0
+        # Every metric is logged at every update (a skipped one logs its NaN loss): Lightning
+        # would otherwise repeat a step's stale value at the next.
         loss_sum, nll_sum, tokens = (float(x) for x in acc.tolist())
         tokens = max(tokens, 1.0)
-        lr = optimizer.param_groups[0]["lr"]
         metrics = {
             "train/loss": loss_sum / tokens,
-            "train/ppl": math.exp(min(nll_sum / tokens, 50.0)),
-            "train/lr": lr,
+            "train/ppl": math.exp(min(nll_sum / tokens, 50.0)) if not bad else math.nan,
+            "train/lr": optimizer.param_groups[0]["lr"],
             "train/tok_s": tokens / elapsed if elapsed > 0 else 0.0,
         }
         for name, value in metrics.items():
             self.log(name, value, on_step=True, on_epoch=False, prog_bar=True, batch_size=1)
+        self.log("train/nonfinite", float(self.nonfinite_total), on_step=True, batch_size=1)
+        if not bad:
+            return
+        for p in self.model.parameters():
+            p.grad = None  # AdamW skips parameters without gradients: no update
+        if t.max_nonfinite and self.nonfinite_in_row >= t.max_nonfinite:
+            raise TrainingDiverged(
+                f"the loss was not finite in {self.nonfinite_in_row} updates in a row "
+                f"(at step {self.global_step}); stopping (training.max_nonfinite = "
+                f"{t.max_nonfinite}). The last checkpoint, from before, is kept: lower "
+                "training.lr, raise training.warmup_steps or set training.clip_norm"
+            )
 
     # ---- validation --------------------------------------------------------------------------
 
@@ -396,9 +399,9 @@ class TranslationModule(pl.LightningModule):
             dist.all_reduce(sums)
         loss_sum, nll_sum, tokens = (float(x) for x in sums.tolist())
         tokens = max(tokens, 1.0)
-        self.log("val/loss", loss_sum / tokens, sync_dist=False)
-        self.log("val/nll", nll_sum / tokens, sync_dist=False)
-        self.log("val/ppl", math.exp(min(nll_sum / tokens, 50.0)), sync_dist=False)
+        self.log("val/loss", loss_sum / tokens, sync_dist=True)
+        self.log("val/nll", nll_sum / tokens, sync_dist=True)
+        self.log("val/ppl", math.exp(min(nll_sum / tokens, 50.0)), sync_dist=True)
         if self.tokenizer is None or self.valid_ref_text is None:
             return
         hyps = self._gather_hyps()  # every rank gets all of them: same scores everywhere
@@ -406,8 +409,8 @@ class TranslationModule(pl.LightningModule):
             return
         order = sorted(hyps)
         scores = score_corpus([hyps[i] for i in order], [self.valid_ref_text[i] for i in order])
-        self.log("val/bleu", scores["bleu"], sync_dist=False)
-        self.log("val/chrf", scores["chrf"], sync_dist=False)
+        self.log("val/bleu", scores["bleu"], sync_dist=True)
+        self.log("val/chrf", scores["chrf"], sync_dist=True)
         if self.trainer.sanity_checking:
             return
         if not self._signature_shown:

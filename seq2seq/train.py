@@ -210,9 +210,20 @@ class Checkpointer(Checkpoint):
             return False
         return (trainer.fit_loop.epoch_loop.total_batch_idx + 1) % every == 0
 
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+    def _due(self, trainer: pl.Trainer) -> bool:
+        """A periodic step, or the last one (max_steps reached, or a callback stops the run).
+
+        Saving the last step here, while Lightning is still inside the epoch, lets a run
+        that is resumed with a larger ``max_steps`` continue exactly.
+        """
         step = trainer.global_step
-        if step == 0 or step % self.save_every or step == self.last_saved_step:
+        if step == 0 or step == self.last_saved_step:
+            return False
+        last = trainer.max_steps is not None and 0 < trainer.max_steps <= step
+        return step % self.save_every == 0 or last or trainer.should_stop
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not self._due(trainer):
             return
         if self._validation_follows(trainer):
             return  # saved in on_validation_end, with the validation's state
@@ -226,9 +237,7 @@ class Checkpointer(Checkpoint):
         new_best = value is not None and self._improved(float(value))
         if new_best:
             self.best_score, self.best_step = float(value), step
-        saved = None
-        if step > 0 and step % self.save_every == 0 and step != self.last_saved_step:
-            saved = self._save_periodic(trainer)
+        saved = self._save_periodic(trainer) if self._due(trainer) else None
         if new_best:
             if saved is not None:
                 if trainer.is_global_zero:
@@ -377,7 +386,9 @@ def resolve_config(
     )
     changes = model_data_changes(saved, requested)
     if changes:
-        shown = ", ".join(changes[:3]) + (f" and {len(changes) - 3} more" if len(changes) > 3 else "")
+        shown = ", ".join(changes[:3]) + (
+            f" and {len(changes) - 3} more" if len(changes) > 3 else ""
+        )
         raise UserError(
             f"--resume {out_dir}: the model and data of a run cannot change, but {shown} "
             f"differ from {saved_path}; start a new run with --out instead"
@@ -498,8 +509,6 @@ def train(
     if t.threads > 0:
         torch.set_num_threads(t.threads)
     pl.seed_everything(t.seed, workers=True, verbose=False)
-    warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before")
-    warnings.filterwarnings("ignore", message=".*does not have many workers.*")
 
     dm = TranslationDataModule(cfg, out_dir, mirror=mirror, cache_dir=cache_dir)
     module = TranslationModule(cfg=cfg)
@@ -525,6 +534,25 @@ def train(
                 check_on_train_epoch_end=False,
             )
         )
+    with warnings.catch_warnings():
+        # Mid-epoch resume is exact here (the sampler skips what was consumed), and
+        # the batches are built in the main process by design.
+        warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before")
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
+        trainer = _fit(cfg, out_dir, module, dm, callbacks, progress=progress, resume=resume)
+    if trainer.interrupted:
+        raise UserError(
+            f"training was interrupted; continue with `seq2seq train --resume {out_dir}`"
+        )
+    if trainer.is_global_zero:
+        export_weights(out_dir, cfg, log=lambda m: print(m, file=sys.stderr))
+    return out_dir
+
+
+def _fit(cfg, out_dir: Path, module, dm, callbacks: list, *, progress: bool, resume: bool):
+    t = cfg.training
+    last = out_dir / CHECKPOINT_DIR / LAST
     trainer = pl.Trainer(
         accelerator=t.accelerator,
         devices=_devices(t.devices),
@@ -550,9 +578,4 @@ def train(
         num_sanity_val_steps=1,
     )
     trainer.fit(module, datamodule=dm, ckpt_path=str(last) if resume else None, weights_only=True)
-    if trainer.interrupted:
-        raise UserError(f"training was interrupted; continue with `seq2seq train --resume {out_dir}`")
-    if trainer.is_global_zero:
-        export_weights(out_dir, cfg, log=lambda m: print(m, file=sys.stderr))
-    return out_dir
-
+    return trainer

@@ -436,9 +436,7 @@ class Translator:
         """
         opts = self.opts.replace(**overrides) if overrides else self.opts
         src = self.encode(sentences, on_truncated=on_truncated)
-        results: list[list[Translation]] = [
-            [Translation("", 0.0, [])] * opts.nbest for _ in src
-        ]
+        results: list[list[Translation]] = [[Translation("", 0.0, [])] * opts.nbest for _ in src]
         todo = [i for i, ids in enumerate(src) if ids]
         for batch in batch_by_tokens([len(src[i]) for i in todo], opts.max_tokens):
             idx = [todo[j] for j in batch]
@@ -466,8 +464,7 @@ class Translator:
         # pieces can decode to "\n" or "\r"): output lines must stay aligned with the input.
         texts = [t.replace("\r", " ").replace("\n", " ") for t in texts]
         return [
-            Translation(text, float(h.score), list(h.token_scores))
-            for text, h in zip(texts, hyps)
+            Translation(text, float(h.score), list(h.token_scores)) for text, h in zip(texts, hyps)
         ]
 
 
@@ -635,6 +632,7 @@ def translate_stream(
     partial = None if output is None else output.with_name(output.name + ".partial")
     skip = 0
     if partial is not None:
+        partial.parent.mkdir(parents=True, exist_ok=True)
         if resume and partial.is_file():
             skip = _resume_point(partial, nbest)
             if skip:
@@ -662,7 +660,9 @@ def translate_stream(
                     for t in entries
                 )
             else:
-                text = "".join(t + "\n" for t in translator.translate(chunk, on_truncated=on_truncated))
+                text = "".join(
+                    t + "\n" for t in translator.translate(chunk, on_truncated=on_truncated)
+                )
             out.write(text.encode("utf-8"))
             out.flush()
         if partial is not None:

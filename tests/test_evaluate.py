@@ -68,7 +68,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
 def test_cli_scores_equal_sacrebleu_on_the_written_files(model_dir, test_files, tmp_path) -> None:
     src, ref = test_files
     out_dir = tmp_path / "out"
-    r = run_cli("evaluate", str(model_dir), "--src", str(src), "--ref", str(ref), "--out-dir", str(out_dir))
+    r = run_cli(
+        "evaluate", str(model_dir), "--src", str(src), "--ref", str(ref), "--out-dir", str(out_dir)
+    )
     assert r.returncode == 0, r.stderr.decode()
     hyp_path = out_dir / "test.src.hyp"
     result = json.loads((out_dir / "test.src.json").read_text(encoding="utf-8"))
@@ -98,16 +100,19 @@ def test_tokenized_lc_equals_sacrebleu_none_lowercase(model_dir, test_files, tmp
     assert default["scores"]["bleu"] != result["scores"]["bleu"]
 
 
-def test_mismatched_line_counts_exit_2_naming_both_files(model_dir, test_files) -> None:
+def test_mismatched_line_counts_exit_2_naming_both_files(model_dir, test_files, tmp_path) -> None:
     src, ref = test_files
     ref.write_text("".join(ref.read_text(encoding="utf-8").splitlines(True)[:-2]), encoding="utf-8")
-    r = run_cli("evaluate", str(model_dir), "--src", str(src), "--ref", str(ref))
+    out_dir = tmp_path / "out"
+    r = run_cli(
+        "evaluate", str(model_dir), "--src", str(src), "--ref", str(ref), "--out-dir", str(out_dir)
+    )
     assert r.returncode == 2
     err = r.stderr.decode().strip().splitlines()
     assert len(err) == 1, err
     assert err[0].startswith("seq2seq evaluate: error: ")
     assert f"{src} has 30 lines but {ref} has 28" in err[0]
-    assert not (model_dir / "eval" / "test.src.hyp").exists()
+    assert not out_dir.exists()
 
 
 def test_bad_arguments(model_dir, test_files, tmp_path) -> None:
@@ -140,7 +145,10 @@ def test_corpus_split_from_the_mirror(model_dir, mirror, tmp_path) -> None:
     )
     assert result["n_sentences"] == 1000
     hyp = out_dir / "multi30k.en-de.test_2016_flickr.tok.hyp"
-    assert Path(result["hyp"]) == hyp and (out_dir / "multi30k.en-de.test_2016_flickr.tok.json").is_file()
+    assert (
+        Path(result["hyp"]) == hyp
+        and (out_dir / "multi30k.en-de.test_2016_flickr.tok.json").is_file()
+    )
     ref = Path(result["ref"])
     assert ref.read_text(encoding="utf-8").splitlines()[0].startswith("ein mann mit einem")
     expected = sacrebleu_scores(hyp, ref, tokenize="none", lowercase=True)

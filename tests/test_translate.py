@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from factories import make_model_dir, synthetic_pairs
 
 from seq2seq.config import DecodingConfig
 from seq2seq.errors import UserError
@@ -24,7 +25,6 @@ from seq2seq.translate import (
     max_target_lens,
     translate_stream,
 )
-from factories import make_model_dir, synthetic_pairs
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCES = [

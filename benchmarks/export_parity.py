@@ -1,0 +1,196 @@
+"""Parity and speed of the exported engines against the torch engine, on a real test set.
+
+Exports MODEL_DIR to CTranslate2 (float32 and the requested quantizations) and ONNX, then per
+engine: greedy search over the test set (the share of sentences whose output is token for
+token the torch engine's), beam search (BLEU with sacreBLEU) and its speed (sentences per
+second with --threads CPU threads, after a warm-up). Prints one table row per engine.
+
+Targets (issue 8): float32 exports give identical greedy output and beam-5 BLEU within 0.1
+of torch; int8 within 0.5 BLEU; CTranslate2 beam 5 on 2 threads >= 2x torch's sentences/s,
+int8 faster again.
+
+Usage (Multi30K test_2016_flickr through the offline mirror):
+
+    python benchmarks/export_parity.py runs/multi30k_small --corpus multi30k --pair en-de \\
+        --split test_2016_flickr --mirror ../shared/data/multi30k --threads 2
+    python benchmarks/export_parity.py runs/m --src test.en --ref test.de --engines torch,onnx
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from seq2seq.config import load_config  # noqa: E402
+from seq2seq.evaluate import read_test_pair, resolve_test_set  # noqa: E402
+from seq2seq.export import export_ctranslate2, export_onnx  # noqa: E402
+from seq2seq.metrics import score_corpus  # noqa: E402
+from seq2seq.translate import SearchOptions, Translator  # noqa: E402
+
+ENGINES = ("torch", "ctranslate2", "ctranslate2-int8", "onnx")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("model_dir", type=Path, help="a trained model directory")
+    p.add_argument("--corpus", help="corpus (default: the model's data.corpus)")
+    p.add_argument("--pair", help="language pair (default: the model's data.pair)")
+    p.add_argument("--split", default="test_2016_flickr", help="test split (test_2016_flickr)")
+    p.add_argument("--variant", help="corpus variant (default: the model's data.variant)")
+    p.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"), help="offline mirror")
+    p.add_argument("--cache-dir", help="corpus download cache")
+    p.add_argument("--src", type=Path, help="source file (instead of a corpus split)")
+    p.add_argument("--ref", type=Path, help="reference file, aligned with --src")
+    p.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help="comma-separated: torch, ctranslate2, ctranslate2-QUANT (int8, int8_float32, "
+        f"float16), onnx (default: {','.join(ENGINES)})",
+    )
+    p.add_argument("--threads", type=int, default=2, help="CPU threads for every engine (2)")
+    p.add_argument("--beam", type=int, default=5, help="beam size of the BLEU/speed run (5)")
+    p.add_argument("--limit", type=int, default=0, help="use the first N sentences (0: all)")
+    p.add_argument("--export-dir", type=Path, help="keep the exports here (default: a temp dir)")
+    p.add_argument("--tokenized-lc", action="store_true", help="BLEU with tokenize=none, lowercase")
+    return p.parse_args(argv)
+
+
+def load_test_set(args: argparse.Namespace, work_dir: Path) -> tuple[list[str], list[str], str]:
+    if args.src is not None or args.ref is not None:
+        if args.src is None or args.ref is None:
+            sys.exit("--src and --ref go together")
+        src, ref = read_test_pair(args.src, args.ref)
+        return src, ref, args.src.name
+    cfg = load_config(args.model_dir / "config.yaml")
+    src_path, ref_path, name = resolve_test_set(
+        cfg,
+        corpus=args.corpus,
+        pair=args.pair,
+        split=args.split,
+        variant=args.variant,
+        mirror=args.mirror,
+        cache_dir=args.cache_dir,
+        work_dir=work_dir / "data",
+    )
+    src, ref = read_test_pair(src_path, ref_path)
+    return src, ref, name
+
+
+def export_for(engine: str, model_dir: Path, export_dir: Path) -> tuple[Path, str, str]:
+    """(folder, runtime engine name, quantization) for a benchmark engine name."""
+    if engine == "torch":
+        return model_dir, "torch", "float32"
+    if engine == "onnx":
+        out = export_dir / "onnx"
+        if not out.exists():
+            export_onnx(model_dir, out)
+        return out, "onnx", "float32"
+    if engine.startswith("ctranslate2"):
+        quant = engine.partition("-")[2] or "none"
+        out = export_dir / f"ct2-{quant}"
+        if not out.exists():
+            export_ctranslate2(model_dir, out, quantization=quant)
+        return out, "ctranslate2", "float32" if quant == "none" else quant
+    sys.exit(f"unknown engine {engine!r}; expected {', '.join(ENGINES)} or ctranslate2-QUANT")
+
+
+def search_tokens(translator: Translator, src_ids: list[list[int]], opts: SearchOptions) -> list:
+    """Best hypothesis' token ids per sentence ([] for an empty source)."""
+    out: list[list[int]] = [[] for _ in src_ids]
+    todo = [i for i, s in enumerate(src_ids) if s]
+    from seq2seq.translate import batch_by_tokens
+
+    for batch in batch_by_tokens([len(src_ids[i]) for i in todo], opts.max_tokens):
+        idx = [todo[j] for j in batch]
+        for i, hyps in zip(idx, translator.engine.translate_ids([src_ids[i] for i in idx], opts)):
+            out[i] = hyps[0].tokens if hyps else []
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)  # the engines take their thread count from torch
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()]
+    if "torch" not in engines:
+        engines.insert(0, "torch")  # the reference
+    with tempfile.TemporaryDirectory(prefix="seq2seq-parity-") as tmp:
+        export_dir = args.export_dir or Path(tmp)
+        export_dir.mkdir(parents=True, exist_ok=True)
+        src, ref, name = load_test_set(args, Path(tmp))
+        if args.limit:
+            src, ref = src[: args.limit], ref[: args.limit]
+        greedy = SearchOptions(method="greedy")
+        beam = SearchOptions(method="beam", beam_size=args.beam)
+        print(f"{name}: {len(src)} sentences, {args.threads} threads, beam {args.beam}", flush=True)
+
+        rows, ref_tokens, ref_bleu, ref_speed = [], None, None, None
+        for engine in engines:
+            folder, runtime, quant = export_for(engine, args.model_dir, export_dir)
+            translator = Translator.load(folder, engine=runtime)
+            src_ids = translator.encode(src)
+            tokens = search_tokens(
+                translator, src_ids, greedy.replace(max_tokens=translator.opts.max_tokens)
+            )
+            if ref_tokens is None:
+                ref_tokens = tokens
+            identical = 100.0 * sum(a == b for a, b in zip(tokens, ref_tokens)) / len(src)
+            opts = beam.replace(max_tokens=translator.opts.max_tokens)
+            translator.translate(src[:16], **_fields(opts))  # warm-up
+            start = time.perf_counter()
+            hyps = translator.translate(src, **_fields(opts))
+            speed = len(src) / (time.perf_counter() - start)
+            kw = dict(tokenize="none", lowercase=True) if args.tokenized_lc else {}
+            bleu = score_corpus(hyps, ref, **kw)["bleu"]
+            if ref_bleu is None:
+                ref_bleu, ref_speed = bleu, speed
+            rows.append((engine, quant, identical, bleu, bleu - ref_bleu, speed, speed / ref_speed))
+            print(f"  {engine}: done", file=sys.stderr, flush=True)
+
+    header = (
+        "engine",
+        "quant",
+        "greedy identical %",
+        f"beam-{args.beam} BLEU",
+        "ΔBLEU",
+        "sent/s",
+        "speed-up",
+    )
+    table = [header] + [
+        (e, q, f"{i:.1f}", f"{b:.2f}", f"{d:+.2f}", f"{s:.1f}", f"{x:.2f}x")
+        for e, q, i, b, d, s, x in rows
+    ]
+    widths = [max(len(r[c]) for r in table) for c in range(len(header))]
+    for n, row in enumerate(table):
+        print(
+            "  ".join(
+                cell.rjust(w) if c >= 2 else cell.ljust(w)
+                for c, (cell, w) in enumerate(zip(row, widths))
+            )
+        )
+        if n == 0:
+            print("  ".join("-" * w for w in widths))
+    print(
+        "targets: float32 greedy identical 100%, |ΔBLEU| <= 0.1; int8 |ΔBLEU| <= 0.5; "
+        "ctranslate2 >= 2x torch sent/s, int8 faster again"
+    )
+    return 0
+
+
+def _fields(opts: SearchOptions) -> dict:
+    import dataclasses
+
+    return {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts) if f.name != "nbest"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
