@@ -231,7 +231,8 @@ def _unknown_key(key: str, source: str) -> ConfigError:
         leaf_near = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)
         near = [by_leaf[leaf_near[0]]] if leaf_near else []
     hint = f"; did you mean {near[0]}?" if near else ""
-    return ConfigError(f"unknown key {key} in {source}{hint}")
+    shown = key if key.isprintable() else repr(key)  # a key with a newline: still one line
+    return ConfigError(f"unknown key {shown} in {source}{hint}")
 
 
 def _type_name(tp: Any) -> str:

@@ -55,8 +55,14 @@ from torch import Tensor
 
 from seq2seq.errors import UserError
 from seq2seq.export import DECODER_FILE, ENCODER_FILE, ExportError, read_export_info, require
-from seq2seq.search import Hypothesis, beam_search, greedy_search, sample
-from seq2seq.translate import LoadedEngine, SearchOptions, max_target_lens
+from seq2seq.search import Hypothesis
+from seq2seq.translate import (
+    LoadedEngine,
+    SearchOptions,
+    max_target_lens,
+    run_search,
+    with_sampled_nbest,
+)
 
 __all__ = [
     "CTranslate2Engine",
@@ -64,7 +70,6 @@ __all__ = [
     "OnnxState",
     "load_ctranslate2",
     "load_onnx",
-    "run_search",
 ]
 
 
@@ -74,68 +79,6 @@ def _threads(threads: int | None) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # seq2seq.search over any step function (the ONNX engine's; also usable for others)
-
-
-def run_search(
-    step,
-    reorder,
-    state,
-    src: list[list[int]],
-    opts: SearchOptions,
-    *,
-    max_positions: int,
-    pad_id: int,
-    bos_id: int,
-    eos_id: int,
-    unk_id: int,
-) -> list[list[Hypothesis]]:
-    """Run the search ``opts`` names over ``step``/``reorder`` from ``state`` (B rows).
-
-    ``src`` only gives the source lengths (for the max length). Sampling with ``nbest`` > 1
-    must be handled by the caller (replicate the rows), as the torch engine does.
-    """
-    max_lens = torch.tensor(max_target_lens([len(s) for s in src], opts, max_positions))  # (B,)
-    common = dict(
-        batch_size=len(src),
-        bos_id=bos_id,
-        eos_id=eos_id,
-        pad_id=pad_id,
-        max_lens=max_lens,
-        min_len=opts.min_len,
-        len_penalty=opts.len_penalty,
-        no_repeat_ngram=opts.no_repeat_ngram,
-        unk_id=unk_id,
-        unk_penalty=opts.unk_penalty,
-    )
-    if opts.method == "beam":
-        return beam_search(
-            step, reorder, state, beam_size=opts.beam_size, nbest=opts.nbest, **common
-        )
-    if opts.method == "greedy":
-        return [[h] for h in greedy_search(step, reorder, state, **common)]
-    hyps = sample(
-        step,
-        reorder,
-        state,
-        temperature=opts.temperature,
-        top_k=opts.top_k,
-        top_p=opts.top_p,
-        seed=opts.seed,
-        **common,
-    )
-    return [[h] for h in hyps]
-
-
-def _with_sampled_nbest(
-    search, src: list[list[int]], opts: SearchOptions
-) -> list[list[Hypothesis]]:
-    """``nbest`` independent samples per sentence (rows replicated), best score first."""
-    if not (opts.method == "sample" and opts.nbest > 1):
-        return search(src)
-    rows = [s for s in src for _ in range(opts.nbest)]
-    flat = search(rows)
-    groups = [flat[i : i + opts.nbest] for i in range(0, len(flat), opts.nbest)]
-    return [sorted((h for g in grp for h in g), key=lambda h: -h.score) for grp in groups]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,7 +188,7 @@ class OnnxEngine:
         """See :class:`seq2seq.translate.Engine`."""
         if not src:
             return []
-        return _with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
+        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
 
     def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
         return run_search(
@@ -369,7 +312,7 @@ class CTranslate2Engine:
             import ctranslate2
 
             ctranslate2.set_random_seed(opts.seed)
-        return _with_sampled_nbest(lambda rows: self._translate(rows, opts), src, opts)
+        return with_sampled_nbest(lambda rows: self._translate(rows, opts), src, opts)
 
     def _translate(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
         kwargs = self._options(opts)

@@ -183,6 +183,7 @@ class TranslationModule(pl.LightningModule):
         self._val_sums: Tensor | None = None  # (3,) loss sum, nll sum, target tokens
         self._val_hyps: dict[int, str] = {}
         self._signature_shown = False
+        self._compiled = False
 
     # ---- construction ----------------------------------------------------------------------
 
@@ -198,6 +199,7 @@ class TranslationModule(pl.LightningModule):
         """Build the model from the data module's tokenizer; take the validation texts."""
         dm = getattr(self.trainer, "datamodule", None) if self._trainer is not None else None
         if dm is None:
+            self._maybe_compile()
             return
         self.tokenizer = dm.tokenizer
         self.valid_src_text = list(dm.valid_src_text) if dm.valid_src_text is not None else None
@@ -213,6 +215,19 @@ class TranslationModule(pl.LightningModule):
                 f"{self.model.tgt_vocab_size}) do not match the tokenizer's "
                 f"({dm.tokenizer.src_vocab_size}, {dm.tokenizer.tgt_vocab_size})"
             )
+        self._maybe_compile()
+
+    def _maybe_compile(self) -> None:
+        """``training.compile``: compile the encoder and decoder stacks in place.
+
+        ``nn.Module.compile`` keeps parameter names (checkpoints and the exported weights are
+        unchanged); ``dynamic=True`` because every batch has other lengths.
+        """
+        if not self.cfg.training.compile or self.model is None or self._compiled:
+            return
+        self.model.encoder.compile(dynamic=True)
+        self.model.decoder.compile(dynamic=True)
+        self._compiled = True
 
     def configure_optimizers(self):
         """AdamW (decay on matrices only) and the per-update LambdaLR schedule."""

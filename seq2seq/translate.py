@@ -52,7 +52,9 @@ __all__ = [
     "max_target_lens",
     "open_lines",
     "read_lines",
+    "run_search",
     "translate_stream",
+    "with_sampled_nbest",
 ]
 
 METHODS = ("beam", "greedy", "sample")
@@ -150,6 +152,70 @@ def max_target_lens(src_lens: list[int], opts: SearchOptions, max_positions: int
     return out
 
 
+def run_search(
+    step,
+    reorder,
+    state,
+    src: list[list[int]],
+    opts: SearchOptions,
+    *,
+    max_positions: int,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    unk_id: int,
+    device: torch.device | None = None,
+) -> list[list[Hypothesis]]:
+    """Run the search ``opts`` names over ``step``/``reorder`` from ``state`` (B rows).
+
+    ``src`` only gives the source lengths (for the max length). Sampling with ``nbest`` > 1
+    must be handled by the caller (replicate the rows), as the torch engine does.
+    """
+    max_lens = torch.tensor(
+        max_target_lens([len(s) for s in src], opts, max_positions), device=device
+    )  # (B,)
+    common = dict(
+        batch_size=len(src),
+        bos_id=bos_id,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        max_lens=max_lens,
+        min_len=opts.min_len,
+        len_penalty=opts.len_penalty,
+        no_repeat_ngram=opts.no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=opts.unk_penalty,
+        device=device,
+    )
+    if opts.method == "beam":
+        return beam_search(
+            step, reorder, state, beam_size=opts.beam_size, nbest=opts.nbest, **common
+        )
+    if opts.method == "greedy":
+        return [[h] for h in greedy_search(step, reorder, state, **common)]
+    hyps = sample(
+        step,
+        reorder,
+        state,
+        temperature=opts.temperature,
+        top_k=opts.top_k,
+        top_p=opts.top_p,
+        seed=opts.seed,
+        **common,
+    )
+    return [[h] for h in hyps]
+
+
+def with_sampled_nbest(search, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    """``nbest`` independent samples per sentence (rows replicated), best score first."""
+    if not (opts.method == "sample" and opts.nbest > 1):
+        return search(src)
+    rows = [s for s in src for _ in range(opts.nbest)]
+    flat = search(rows)
+    groups = [flat[i : i + opts.nbest] for i in range(0, len(flat), opts.nbest)]
+    return [sorted((h for g in grp for h in g), key=lambda h: -h.score) for grp in groups]
+
+
 class TorchEngine:
     """seq2seq.search over a :class:`~seq2seq.model.Seq2SeqTransformer` in PyTorch.
 
@@ -184,58 +250,24 @@ class TorchEngine:
         """See :class:`Engine`."""
         if not src:
             return []
-        if opts.method == "sample" and opts.nbest > 1:  # nbest independent draws per sentence
-            rows = [s for s in src for _ in range(opts.nbest)]
-            flat = self._search(rows, opts)
-            groups = [flat[i : i + opts.nbest] for i in range(0, len(flat), opts.nbest)]
-            return [sorted((h for g in grp for h in g), key=lambda h: -h.score) for grp in groups]
-        return self._search(src, opts)
+        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
 
     @torch.inference_mode()
     def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
         model = self.model
-        src_ids = self._pad(src)  # (B, S)
-        max_lens = torch.tensor(
-            max_target_lens([len(s) for s in src], opts, model.max_positions),
-            device=self.device,
-        )  # (B,)
-        state = model.start_state(src_ids)
-        step = model.decode_step if self.use_cache else model.decode_step_uncached
-        common = dict(
-            batch_size=len(src),
+        return run_search(
+            model.decode_step if self.use_cache else model.decode_step_uncached,
+            _reorder,
+            model.start_state(self._pad(src)),
+            src,
+            opts,
+            max_positions=model.max_positions,
+            pad_id=self.pad_id,
             bos_id=self.bos_id,
             eos_id=self.eos_id,
-            pad_id=self.pad_id,
-            max_lens=max_lens,
-            min_len=opts.min_len,
-            len_penalty=opts.len_penalty,
-            no_repeat_ngram=opts.no_repeat_ngram,
             unk_id=self.unk_id,
-            unk_penalty=opts.unk_penalty,
             device=self.device,
         )
-        if opts.method == "beam":
-            return beam_search(
-                step,
-                _reorder,
-                state,
-                beam_size=opts.beam_size,
-                nbest=opts.nbest,
-                **common,
-            )
-        if opts.method == "greedy":
-            return [[h] for h in greedy_search(step, _reorder, state, **common)]
-        hyps = sample(
-            step,
-            _reorder,
-            state,
-            temperature=opts.temperature,
-            top_k=opts.top_k,
-            top_p=opts.top_p,
-            seed=opts.seed,
-            **common,
-        )
-        return [[h] for h in hyps]
 
 
 def _reorder(state, index: Tensor):

@@ -528,6 +528,16 @@ def test_config_overrides_of_arbitrary_text(overrides: list[str]) -> None:
     _config_outcome(lambda: load_config(None, overrides))
 
 
+def test_config_errors_are_one_line_whatever_the_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"unknown key 'a\\nb' in the command line"):
+        load_config(None, ["a\nb=1"])
+    path = tmp_path / "c.yaml"
+    path.write_text('model:\n  "drop\\nout": 0.1\n', encoding="utf-8")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert "\n" not in str(e.value) and "model.drop" in str(e.value)
+
+
 @pytest.mark.parametrize("value", [*TRICKY_VALUES, "[" * 1100, "{a: " * 1100])
 def test_tricky_yaml_values_are_config_errors_or_configs(tmp_path: Path, value: str) -> None:
     """The PyYAML surprises (ValueError from dates and !!float, RecursionError) included."""
