@@ -299,12 +299,13 @@ class TranslationModule(pl.LightningModule):
             self._local_nonfinite = True
         return loss
 
-    def _grads_finite(self) -> bool:
+    def _grad_norm(self) -> float:
+        """Global L2 norm of the gradients (before clipping); inf or nan when not finite."""
         grads = [p.grad for p in self.model.parameters() if p.grad is not None]
         if not grads:
-            return True
-        norms = torch._foreach_norm(grads)
-        return bool(torch.isfinite(torch.stack(norms)).all())
+            return 0.0
+        norms = torch._foreach_norm(grads)  # one kernel per dtype/device group
+        return float(torch.linalg.vector_norm(torch.stack(norms).float()))
 
     def on_before_optimizer_step(self, optimizer) -> None:
         """Skip a non-finite update (consistently on every rank), log the step's metrics."""
@@ -317,11 +318,12 @@ class TranslationModule(pl.LightningModule):
             dist.all_reduce(both)
             acc, flag = both[:3], both[3:]
         bad = bool(flag.item() > 0)
-        if not bad and t.precision != "16-mixed":
+        grad_norm = self._grad_norm()
+        if t.precision != "16-mixed":
             # (16-mixed: the grad scaler skips overflowing steps itself, and overflows while
             # it calibrates are expected, so only a non-finite loss counts there.)
             # After DDP's all-reduce the gradients are equal on all ranks: same decision.
-            bad = not self._grads_finite()
+            bad = bad or not math.isfinite(grad_norm)
         self._local_nonfinite = False
         self._acc = None
         now = time.perf_counter()
@@ -344,6 +346,7 @@ class TranslationModule(pl.LightningModule):
         }
         for name, value in metrics.items():
             self.log(name, value, on_step=True, on_epoch=False, prog_bar=True, batch_size=1)
+        self.log("train/grad_norm", grad_norm, on_step=True, on_epoch=False, batch_size=1)
         self.log("train/nonfinite", float(self.nonfinite_total), on_step=True, batch_size=1)
         if not bad:
             return

@@ -94,6 +94,8 @@ __all__ = [
     "Checkpointer",
     "StepProgressBar",
     "TextProgress",
+    "export_weights",
+    "model_data_changes",
     "resolve_config",
     "train",
 ]

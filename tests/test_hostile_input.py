@@ -119,7 +119,7 @@ def _env() -> dict:
 # ---- reading lines ---------------------------------------------------------------------------
 
 
-def test_line_reader_splits_on_newline_only(tmp_path: Path) -> None:
+def test_line_reader_splits_on_newline_only() -> None:
     reader = LineReader(io.BytesIO(hostile_bytes()), name="in.txt")
     assert list(reader) == HOSTILE_LINES
     assert reader.line_no == len(HOSTILE_LINES)
@@ -150,6 +150,48 @@ def test_data_reading_names_the_line_of_invalid_utf8(tmp_path: Path) -> None:
     src_path.write_bytes("one\u2028still one\ntwo\n".encode())
     tgt_path.write_bytes(b"a\nb")
     assert [line for line, _, _ in iter_parallel(src_path, tgt_path)] == [0, 1]
+
+
+def test_prepare_copies_hostile_corpus_files_line_for_line(tmp_path: Path) -> None:
+    """`seq2seq prepare`: lines are counted and parts joined on \\n only, bytes kept as they are."""
+    import hashlib
+
+    from seq2seq.corpora import Corpus, Part, RemoteFile, prepare_corpus
+
+    n = len(HOSTILE_LINES)
+    blobs = {
+        "a.en": hostile_bytes(),  # CRLF, no final newline: must not glue onto the next part
+        "a.de": hostile_bytes([f"ziel {i}" for i in range(n)]),
+        "b.en.gz": gzip.compress(hostile_bytes() + b"\n"),
+        "b.de.gz": gzip.compress(hostile_bytes([f"zwei {i}" for i in range(n)]) + b"\n"),
+    }
+    files = {}
+    for name, data in blobs.items():
+        (tmp_path / "mirror" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "mirror" / name).write_bytes(data)
+        files[name] = RemoteFile(name, hashlib.sha256(data).hexdigest())
+    layout = {
+        ("raw", "train", lang): (Part(files[f"a.{lang}"]), Part(files[f"b.{lang}.gz"]))
+        for lang in ("en", "de")
+    }
+    corpus = Corpus(
+        name="hostile",
+        description="hostile lines",
+        base_url="http://127.0.0.1:9/",
+        languages=("en", "de"),
+        variants=("raw",),
+        splits=("train",),
+        layout=layout,
+    )
+    out = tmp_path / "out"
+    got = prepare_corpus(
+        corpus, "en-de", out, mirror=tmp_path / "mirror", cache_dir=tmp_path / "cache", log=None
+    )
+    src, tgt = got["train"]
+    assert src.read_bytes() == blobs["a.en"] + b"\n" + hostile_bytes() + b"\n"
+    text = read_parallel(src, tgt)
+    assert text.stats.lines == 2 * n
+    assert text.src == [line.strip() for line in HOSTILE_LINES * 2 if line.strip()]
 
 
 # ---- seq2seq translate / evaluate ------------------------------------------------------------

@@ -305,7 +305,12 @@ def _forbid_unpickling(monkeypatch) -> None:
     def refuse(*args, **kwargs):
         raise AssertionError("an inference path unpickled something")
 
-    for name in ("load", "loads", "Unpickler"):
+    class GuardedUnpickler(pickle.Unpickler):  # still subclassable (torch does, on import)
+        def load(self):
+            refuse()
+
+    monkeypatch.setattr(pickle, "Unpickler", GuardedUnpickler)
+    for name in ("load", "loads"):
         monkeypatch.setattr(pickle, name, refuse)
     monkeypatch.setattr(torch, "load", refuse)
     monkeypatch.setattr(torch.serialization, "load", refuse)
@@ -338,4 +343,9 @@ def test_translate_evaluate_plot_and_export_never_unpickle(
     out = export_model(
         model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none", opset=17, force=False
     )
-    assert out.is_dir()
+    ct2 = Translator.load(out, engine="ctranslate2", method="greedy", max_len_b=5)
+    assert len(ct2.translate(["a man", "two cats"])) == 2
+    pytest.importorskip("onnxruntime")
+    out = export_model(model_dir, tmp_path / "onnx", fmt="onnx", opset=17)
+    onnx = Translator.load(out, engine="onnx", method="greedy", max_len_b=5)
+    assert len(onnx.translate(["a man", "two cats"])) == 2

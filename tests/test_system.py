@@ -10,6 +10,7 @@ import torch
 from factories import make_model_dir, synthetic_pairs
 
 from seq2seq.config import ConfigError, config_from_dict, load_config
+from seq2seq.errors import UserError
 from seq2seq.loss import label_smoothed_nll
 from seq2seq.modeldir import load_model_dir
 from seq2seq.system import TranslationModule, check_training_config, lr_factor, monitor_mode
@@ -157,7 +158,7 @@ def test_checkpoint_state_is_plain_and_loads_with_weights_only():
     changed = TranslationModule(
         cfg=load_config(None, [*TINY, "model.d_ff=128"]), src_vocab_size=50, tgt_vocab_size=50
     )
-    with pytest.raises(Exception, match=r"model\.d_ff"):
+    with pytest.raises(UserError, match=r"model\.d_ff \(64 -> 128\)"):
         changed.on_load_checkpoint(loaded)
 
 

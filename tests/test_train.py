@@ -114,7 +114,9 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
         + ["data.max_tokens=600"],
     )
     run = train(cfg, tmp_path / "run", progress=False)
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "step 300/300 loss " in captured.err and " tok_s " in captured.err  # text progress
 
     m = csv_metrics(run)
     losses = [m["train/loss"][s] for s in sorted(m["train/loss"])]
@@ -315,6 +317,8 @@ def test_nonfinite_updates_are_skipped_and_counted(tmp_path, monkeypatch):
     loss = m["train/loss"]
     assert sorted(loss) == list(range(10))
     assert [s for s in range(10) if math.isnan(loss[s])] == [4, 5]  # logged as NaN, skipped
+    norms = m["train/grad_norm"]
+    assert [s for s in range(10) if not math.isfinite(norms[s])] == [4, 5]
     # had a NaN update been applied, every later loss would be NaN and the run would stop
     assert all(torch.isfinite(p).all() for p in load_model_dir(run).model.parameters())
     # the schedule advances once per update (2 batches each), skipped updates included
@@ -334,6 +338,20 @@ def test_too_many_nonfinite_updates_stop_with_the_last_good_checkpoint(tmp_path,
     last = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.ckpt")
     assert last["global_step"] == 6  # updates 5 and 6 were skipped, the 7th stopped the run
     assert all(torch.isfinite(t).all() for t in last["state_dict"].values())
+
+
+def test_early_stopping_ends_the_run_and_keeps_its_last_state(tmp_path):
+    data = write_copy_corpus(tmp_path / "data", n_train=100, n_valid=10)
+    # a learning rate this small changes no greedy output: BLEU never improves after the
+    # first validation, so with patience 2 the run stops at the third one (step 6)
+    cfg = load_config(None, overrides(data, lr=1e-9, max_steps=50, val_every_steps=2, patience=2))
+    run = train(cfg, tmp_path / "run", progress=False)
+    m = csv_metrics(run)
+    assert sorted(m["val/bleu"]) == [1, 3, 5]
+    last = read_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert last["global_step"] == 6
+    assert read_checkpoint(run / "checkpoints" / "best.ckpt")["global_step"] == 2
+    assert (run / "model.safetensors").is_file()
 
 
 # ---------------------------------------------------------------------------------------------
