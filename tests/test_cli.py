@@ -11,7 +11,9 @@ import pytest
 SUBCOMMANDS = ["prepare", "train", "translate", "evaluate", "average", "export", "plot"]
 
 
-def run_cli(*args: str, input: bytes | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, input: bytes | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("SEQ2SEQ_DEBUG", None)
     return subprocess.run(
@@ -67,6 +69,8 @@ def test_config_typo_names_key_and_suggestion(tmp_path):
 
 
 def test_debug_flag_shows_the_traceback(tmp_path):
-    r = run_cli("--debug", "train", "--config", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "m"))
+    r = run_cli(
+        "--debug", "train", "--config", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "m")
+    )
     assert r.returncode != 0
     assert b"Traceback" in r.stderr

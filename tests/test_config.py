@@ -49,8 +49,13 @@ def test_int_accepted_for_float_and_tuple_from_list():
 def test_overrides_parse_yaml_values():
     cfg = apply_overrides(
         ExperimentConfig(),
-        ["model.d_model=64", "model.norm_first=false", "training.max_time=00:01:00:00",
-         "data.test_splits=[x]", "training.lr=3e-4"],
+        [
+            "model.d_model=64",
+            "model.norm_first=false",
+            "training.max_time=00:01:00:00",
+            "data.test_splits=[x]",
+            "training.lr=3e-4",
+        ],
     )
     assert cfg.model.d_model == 64
     assert cfg.model.norm_first is False
@@ -75,7 +80,10 @@ def test_unknown_section_suggests_nearest(tmp_path):
 
 
 def test_unknown_override_key():
-    with pytest.raises(ConfigError, match=r"unknown key training.lrr in the command line; did you mean training.lr\?"):
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown key training.lrr in the command line; did you mean training.lr\?",
+    ):
         load_config(None, ["training.lrr=0.1"])
 
 

@@ -1,0 +1,82 @@
+"""The Multi30K recipe end to end on a tiny slice of the mirror, and its stage skipping."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = [
+    "data.max_train_pairs=300",
+    "data.max_valid_pairs=40",
+    "data.vocab_size=400",
+    "model.d_model=32",
+    "model.n_heads=2",
+    "model.d_ff=64",
+    "model.n_encoder_layers=1",
+    "model.n_decoder_layers=1",
+    "training.max_steps=6",
+    "training.val_every_steps=2",
+    "training.warmup_steps=2",
+    "training.threads=1",
+    "decoding.beam_size=2",
+    "decoding.max_len_b=5",
+]
+
+
+def run_recipe(out: Path, mirror: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, SEQ2SEQ_MIRROR=str(mirror), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return subprocess.run(
+        [
+            sys.executable,
+            "recipes/multi30k.py",
+            "--config",
+            "configs/multi30k_quick.yaml",
+            "--pair",
+            "en-de",
+            "--out",
+            str(out),
+            *TINY,
+        ],  # fmt: skip
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.slow
+def test_recipe_end_to_end_then_skips_finished_stages(tmp_path, mirror):
+    out = tmp_path / "run"
+    first = run_recipe(out, mirror)
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-3000:]
+    for artifact in (
+        "corpus/train.en", "corpus/test_2016_flickr.de",
+        "model/manifest.json", "model/model.safetensors", "model/spm.model",
+        "averaged/manifest.json", "eval/test_2016_flickr.en.json", "eval/test_2016_flickr.en.hyp",
+        "export/ctranslate2/model.bin", "results.tsv",
+    ):  # fmt: skip
+        assert (out / artifact).exists(), artifact
+    scores = json.loads((out / "eval/test_2016_flickr.en.json").read_text())["scores"]
+    [line] = (out / "results.tsv").read_text().splitlines()
+    fields = line.split("\t")
+    assert fields[:4] == ["multi30k", "en-de", "test_2016_flickr", "multi30k_quick"]
+    assert fields[4] == f"BLEU {scores['bleu']:.2f}"
+    assert "BLEU" in first.stdout and "example translations" in first.stdout
+    hyps = (out / "eval/test_2016_flickr.en.hyp").read_text().split("\n")
+    assert len(hyps) == 1000 + 1  # one line per test sentence, newline-terminated
+
+    mtime = (out / "model/model.safetensors").stat().st_mtime_ns
+    second = run_recipe(out, mirror)
+    assert second.returncode == 0, second.stderr[-3000:]
+    for stage in ("[train]", "[average]", "[export]"):
+        assert f"{stage} " in second.stdout and "skipping" in second.stdout
+    assert "$ seq2seq train" not in second.stdout and "$ seq2seq evaluate" not in second.stdout
+    assert (out / "model/model.safetensors").stat().st_mtime_ns == mtime
+    assert (out / "results.tsv").read_text().splitlines() == [line]
