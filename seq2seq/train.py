@@ -70,7 +70,7 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Checkpoint, EarlyStopping, TQDMProgressBar
+from pytorch_lightning.callbacks import Checkpoint, EarlyStopping, Timer, TQDMProgressBar
 from pytorch_lightning.callbacks.progress.tqdm_progress import _update_n
 from pytorch_lightning.plugins.io import TorchCheckpointIO
 
@@ -324,6 +324,9 @@ class TextProgress(pl.Callback):
         if self._start is not None and trainer.max_steps > 0 and step > self._start[1]:
             rate = (time.monotonic() - self._start[0]) / (step - self._start[1])
             eta = int(rate * (trainer.max_steps - step))
+            for cb in trainer.callbacks:  # training.max_time may end the run sooner
+                if isinstance(cb, Timer) and cb.time_remaining("train") is not None:
+                    eta = min(eta, int(cb.time_remaining("train")))
             parts.append(f"eta {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
         print(" ".join(parts), file=sys.stderr, flush=True)
 
