@@ -318,26 +318,30 @@ class CTranslate2Engine:
         kwargs = self._options(opts)
         # Sources end with EOS, which CTranslate2 appends itself (add_source_eos).
         tokens = [[self.src_vocab[i] for i in (s[:-1] if s[-1] == self.eos_id else s)] for s in src]
-        # One call per max length: CTranslate2 takes one max_decoding_length per call, and the
-        # length limit is per sentence. max_lens counts EOS; CTranslate2's counts it too.
-        groups: dict[int, list[int]] = defaultdict(list)
+        # CTranslate2 takes one max_decoding_length per call, and the length limit is per
+        # sentence (max_lens counts EOS; CTranslate2's counts it too). One call for the whole
+        # batch at its largest limit; the sentences whose output reaches its own limit (rare
+        # for a trained model) are decoded again, grouped by limit, under their own limit.
+        # (Greedy output is exactly the per-sentence result; a beam could in rare cases also
+        # differ below the limit, since a beam cut at the limit competes in the n-best.)
         limits = max_target_lens([len(s) for s in src], opts, self.max_positions)
-        for i, limit in enumerate(limits):
-            groups[limit].append(i)
         out: list[list[Hypothesis]] = [[] for _ in src]
         truncated: set[int] = set()  # id() of hypotheses that hit the max length
-        for limit, idx in groups.items():
-            results = self.translator.translate_batch(
-                [tokens[i] for i in idx], max_decoding_length=limit - 1, **kwargs
-            )
-            for i, result in zip(idx, results):
-                for pieces, score in zip(result.hypotheses, result.scores):
-                    ids = [self.tgt_index[p] for p in pieces]
-                    hyp = Hypothesis(tokens=ids, score=float(score), token_scores=[])
-                    if not ids or ids[-1] != self.eos_id:
-                        ids.append(self.eos_id)  # the torch engine forces EOS at the max length
-                        truncated.add(id(hyp))
-                    out[i].append(hyp)
+        first = self._decode(tokens, list(range(len(src))), max(limits), kwargs)
+        redo: dict[int, list[int]] = defaultdict(list)
+        for i, hyps in first.items():
+            if all(len(h.tokens) < limits[i] for h in hyps):
+                out[i] = hyps
+            else:
+                redo[limits[i]].append(i)
+        for limit, idx in redo.items():
+            for i, hyps in self._decode(tokens, idx, limit, kwargs).items():
+                out[i] = hyps
+        for hyps in out:
+            for h in hyps:
+                if not h.tokens or h.tokens[-1] != self.eos_id:
+                    h.tokens.append(self.eos_id)  # the torch engine forces EOS at the max length
+                    truncated.add(id(h))
         if self.exact_scores or truncated:
             out = self._rescore(
                 tokens,
@@ -346,6 +350,23 @@ class CTranslate2Engine:
                 which=None if self.exact_scores else truncated,
             )
         return out
+
+    def _decode(
+        self, tokens: list[list[str]], idx: list[int], limit: int, kwargs: dict
+    ) -> dict[int, list[Hypothesis]]:
+        """translate_batch of the sentences ``idx`` with at most ``limit`` tokens (EOS counted)."""
+        results = self.translator.translate_batch(
+            [tokens[i] for i in idx], max_decoding_length=limit - 1, **kwargs
+        )
+        return {
+            i: [
+                Hypothesis(
+                    tokens=[self.tgt_index[p] for p in pieces], score=float(score), token_scores=[]
+                )
+                for pieces, score in zip(result.hypotheses, result.scores)
+            ]
+            for i, result in zip(idx, results)
+        }
 
     def _rescore(
         self,
