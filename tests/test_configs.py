@@ -46,3 +46,16 @@ def test_config_builds_and_trains_one_step(path):
     (out.loss / out.n_tokens).backward()
     optimizer.step()
     assert not torch.equal(before, model.decoder.layers[0].ff.linear1.weight)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_config_names_registered_corpus_pair_variant_and_splits(path):
+    from seq2seq.corpora import get_corpus, parse_pair
+
+    cfg = load_config(path)
+    corpus = get_corpus(cfg.data.corpus)
+    for lang in parse_pair(cfg.data.pair):
+        assert lang in corpus.languages
+    assert cfg.data.variant in corpus.variants
+    for split in (cfg.data.train_split, cfg.data.valid_split, *cfg.data.test_splits):
+        assert split in corpus.splits, split

@@ -430,8 +430,11 @@ def test_translations_never_contain_a_newline_even_with_byte_pieces(tmp_path: Pa
 
 # ---- properties over arbitrary text ----------------------------------------------------------
 
+# Lone surrogates are not text (str can hold them, UTF-8 cannot): they get their own test below,
+# which expects the documented clear error; here every other code point, hostile ones included.
 hostile_text = st.text(
-    alphabet=st.one_of(st.characters(), st.sampled_from(HOSTILE_CHARS)), max_size=300
+    alphabet=st.one_of(st.characters(exclude_categories=("Cs",)), st.sampled_from(HOSTILE_CHARS)),
+    max_size=300,
 )
 SETTINGS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
