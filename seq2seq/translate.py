@@ -61,29 +61,15 @@ METHODS = ("beam", "greedy", "sample")
 
 
 @dataclass(frozen=True)
-class SearchOptions:
-    """How to search; mirrors :class:`seq2seq.config.DecodingConfig` (see its docs).
+class SearchOptions(DecodingConfig):
+    """How to search: the fields (and defaults) of :class:`seq2seq.config.DecodingConfig`,
+    validated together.
 
     ``method``: ``beam`` (fairseq scoring), ``greedy`` or ``sample`` (temperature, top-k,
     top-p, seeded). ``nbest`` > 1 needs ``beam`` (the n best beams, ``nbest <= beam_size``) or
     ``sample`` (``nbest`` independent samples, best score first). ``max_tokens`` bounds the
     source tokens of one batch, padding included.
     """
-
-    method: str = "beam"
-    beam_size: int = 5
-    nbest: int = 1
-    len_penalty: float = 1.0
-    min_len: int = 1
-    max_len_a: float = 1.2
-    max_len_b: int = 10
-    no_repeat_ngram: int = 0
-    unk_penalty: float = 0.0
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    seed: int = 0
-    max_tokens: int = 4096
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
