@@ -17,11 +17,16 @@ import pickle
 import re
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
 from seq2seq.errors import UserError
+
+if TYPE_CHECKING:
+    from seq2seq.config import ExperimentConfig
+    from seq2seq.model import Seq2SeqTransformer
 
 __all__ = [
     "CHECKPOINT_KEY",
@@ -161,6 +166,20 @@ def average_checkpoints(paths: list[str | Path]) -> dict[str, Tensor]:
     }
 
 
+def model_for_run(run_dir: str | Path, cfg: ExperimentConfig) -> Seq2SeqTransformer:
+    """A fresh model shaped by ``cfg.model`` and the vocabularies of the run's SentencePiece."""
+    from seq2seq.model import build_model
+    from seq2seq.tokenizer import PAD_ID, Tokenizer
+
+    tokenizer = Tokenizer.load(run_dir)
+    return build_model(
+        cfg.model,
+        src_vocab_size=tokenizer.src_vocab_size,
+        tgt_vocab_size=tokenizer.tgt_vocab_size,
+        pad_id=PAD_ID,
+    )
+
+
 def average_model_dir(model_dir: str | Path, *, n: int, out: str | Path) -> Path:
     """Average the last ``n`` periodic checkpoints of a run directory into ``out``.
 
@@ -175,9 +194,7 @@ def average_model_dir(model_dir: str | Path, *, n: int, out: str | Path) -> Path
     from safetensors.torch import save_file
 
     from seq2seq.config import load_config
-    from seq2seq.model import build_model
     from seq2seq.modeldir import CONFIG_FILE, SPM_FILES, save_model_dir, state_dict_for_saving
-    from seq2seq.tokenizer import PAD_ID, Tokenizer
 
     model_dir, out = Path(model_dir), Path(out)
     if n < 1:
@@ -193,13 +210,7 @@ def average_model_dir(model_dir: str | Path, *, n: int, out: str | Path) -> Path
     paths = found[-n:]
     weights = average_checkpoints(paths)
     cfg = load_config(model_dir / CONFIG_FILE)
-    tokenizer = Tokenizer.load(model_dir)
-    model = build_model(
-        cfg.model,
-        src_vocab_size=tokenizer.src_vocab_size,
-        tgt_vocab_size=tokenizer.tgt_vocab_size,
-        pad_id=PAD_ID,
-    )
+    model = model_for_run(model_dir, cfg)
     try:
         model.load_state_dict(weights)
     except RuntimeError as e:

@@ -76,6 +76,7 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from seq2seq.average import (
     average_checkpoints,
+    model_for_run,
     periodic_checkpoints,
     read_checkpoint,
 )
@@ -433,9 +434,7 @@ def _loggers(out_dir: Path) -> list:
 
 def export_weights(out_dir: Path, cfg: ExperimentConfig, *, log=print) -> Path:
     """Write DIR/model.safetensors + manifest from the checkpoints (average or best)."""
-    from seq2seq.model import build_model
     from seq2seq.modeldir import save_model_dir
-    from seq2seq.tokenizer import PAD_ID, Tokenizer
 
     ckpt_dir = out_dir / CHECKPOINT_DIR
     periodic = periodic_checkpoints(ckpt_dir)
@@ -450,13 +449,7 @@ def export_weights(out_dir: Path, cfg: ExperimentConfig, *, log=print) -> Path:
     else:
         paths, what = [ckpt_dir / LAST], LAST
     weights = average_checkpoints(paths)
-    tokenizer = Tokenizer.load(out_dir)
-    model = build_model(
-        cfg.model,
-        src_vocab_size=tokenizer.src_vocab_size,
-        tgt_vocab_size=tokenizer.tgt_vocab_size,
-        pad_id=PAD_ID,
-    )
+    model = model_for_run(out_dir, cfg)
     model.load_state_dict(weights)
     save_model_dir(out_dir, model, cfg)
     log(f"wrote {out_dir / 'model.safetensors'}: {what}")
