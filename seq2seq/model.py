@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from seq2seq.config import ModelConfig
 from seq2seq.layers import (
     DecoderLayer,
+    Dropout,
     EncoderLayer,
     LayerWeights,
     PositionalEncoding,
@@ -108,7 +109,7 @@ class Encoder(nn.Module):
         super().__init__()
         self.embedding = embedding
         self.positions = positions
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.layers = nn.ModuleList(
             EncoderLayer(
                 d_model=d_model,
@@ -171,7 +172,7 @@ class Decoder(nn.Module):
             )
         self.embedding = embedding
         self.positions = positions
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.layers = nn.ModuleList(
             DecoderLayer(
                 d_model=d_model,

@@ -34,7 +34,7 @@ from torch import Tensor
 from seq2seq.average import CHECKPOINT_KEY
 from seq2seq.config import ConfigError, ExperimentConfig, TrainingConfig, config_to_dict
 from seq2seq.errors import UserError
-from seq2seq.loss import LossOutput, label_smoothed_nll
+from seq2seq.loss import LossOutput, label_smoothed_nll, projected_label_smoothed_nll
 from seq2seq.model import Seq2SeqTransformer, build_model
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -260,19 +260,21 @@ class TranslationModule(pl.LightningModule):
             tgt_ids: (B, T+1) target ids (BOS + pieces + EOS, padded).
 
         The output projection (D x V, the largest matmul) runs only on the non-padding
-        target positions.
+        target positions; on the CPU it is fused with the loss, chunk by chunk.
         """
         tgt_in, tgt_out = tgt_ids[:, :-1], tgt_ids[:, 1:]  # (B, T) each
         memory, src_pad = self.model.encode(src_ids)  # (B, S, D), (B, S)
         hidden = self.model.decode(tgt_in, memory, src_pad)  # (B, T, D)
         keep = tgt_out.ne(PAD_ID)  # (B, T)
-        logits = self.model.project(hidden[keep])  # (N, V)
-        return label_smoothed_nll(
-            logits,
-            tgt_out[keep],
-            epsilon=self.cfg.training.label_smoothing,
-            ignore_index=PAD_ID,
-        )
+        hidden, target = hidden[keep], tgt_out[keep]  # (N, D), (N,)
+        epsilon = self.cfg.training.label_smoothing
+        if hidden.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
+            # Chunked projection + loss: the (N, V) logits never exist at once (loss.py).
+            return projected_label_smoothed_nll(
+                hidden, self.model.output_proj.weight, target, epsilon=epsilon
+            )
+        logits = self.model.project(hidden)  # (N, V)
+        return label_smoothed_nll(logits, target, epsilon=epsilon, ignore_index=PAD_ID)
 
     # ---- training ----------------------------------------------------------------------------
 

@@ -6,7 +6,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.loss import LossOutput, label_smoothed_nll
+from seq2seq.loss import (
+    LossOutput,
+    _ProjectedSmoothedNLL,
+    label_smoothed_nll,
+    projected_label_smoothed_nll,
+)
 
 PAD = 0
 
@@ -110,3 +115,91 @@ def test_low_precision_logits_are_upcast() -> None:
     ref = label_smoothed_nll(logits.bfloat16().float(), target, epsilon=0.1, ignore_index=PAD)
     torch.testing.assert_close(out.loss, ref.loss)
     torch.testing.assert_close(out.nll, ref.nll)
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3])
+def test_fused_backward_passes_gradcheck(epsilon: float) -> None:
+    """The hand-written gradient (loss and nll, both used) against finite differences."""
+    logits, target = batch(5)
+    leaf = logits.detach().requires_grad_(True)
+    w = torch.tensor([0.7, 1.3], dtype=torch.float64)
+
+    def both(x: torch.Tensor) -> torch.Tensor:
+        out = label_smoothed_nll(x, target, epsilon=epsilon, ignore_index=PAD)
+        return w[0] * out.loss + w[1] * out.nll
+
+    assert torch.autograd.gradcheck(both, (leaf,))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gradient_equals_cross_entropy_autograd(dtype: torch.dtype) -> None:
+    logits, target = batch(6, dtype=torch.float32)
+    ours = logits.to(dtype).requires_grad_(True)
+    ref = logits.to(dtype).requires_grad_(True)
+    label_smoothed_nll(ours, target, epsilon=0.1, ignore_index=PAD).loss.backward()
+    F.cross_entropy(
+        ref.float().reshape(-1, 11),
+        target.reshape(-1),
+        reduction="sum",
+        ignore_index=PAD,
+        label_smoothing=0.1,
+    ).backward()
+    assert ours.grad.dtype == dtype
+    torch.testing.assert_close(ours.grad, ref.grad)
+
+
+def projected_case(seed: int, n: int = 23, d: int = 6, v: int = 13):
+    g = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(n, d, generator=g, dtype=torch.float64)
+    weight = torch.randn(v, d, generator=g, dtype=torch.float64)
+    target = torch.randint(1, v, (n,), generator=g)
+    return hidden, weight, target
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 5, 23, 64])
+def test_projected_loss_equals_the_unfused_one(chunk_rows: int) -> None:
+    """Values and gradients of the chunked projection + loss equal logits -> label_smoothed_nll."""
+    hidden, weight, target = projected_case(7)
+    h1, w1 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    h2, w2 = hidden.clone().requires_grad_(True), weight.clone().requires_grad_(True)
+    ours = projected_label_smoothed_nll(h1, w1, target, epsilon=0.1, chunk_rows=chunk_rows)
+    ref = label_smoothed_nll(h2 @ w2.t(), target, epsilon=0.1, ignore_index=PAD)
+    torch.testing.assert_close(ours.loss, ref.loss)
+    torch.testing.assert_close(ours.nll, ref.nll)
+    assert ours.n_tokens == ref.n_tokens == 23
+    (ours.loss / 23).backward()  # the training case: the fast path
+    (ref.loss / 23).backward()
+    torch.testing.assert_close(h1.grad, h2.grad)
+    torch.testing.assert_close(w1.grad, w2.grad)
+
+
+def test_projected_loss_general_gradient_passes_gradcheck() -> None:
+    """Per-token weights and a differentiated NLL take the exact (recomputing) path."""
+    hidden, weight, target = projected_case(8, n=9, d=4, v=7)
+    hidden.requires_grad_(True)
+    weight.requires_grad_(True)
+    per_token = torch.linspace(0.5, 2.0, 9, dtype=torch.float64)
+
+    def weighted(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        loss, nll = _ProjectedSmoothedNLL.apply(h, w, target, 0.2, 4)
+        return (per_token * loss).sum() + 0.3 * nll.sum()
+
+    def uniform(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return projected_label_smoothed_nll(h, w, target, epsilon=0.2, chunk_rows=4).loss * 1.7
+
+    assert torch.autograd.gradcheck(weighted, (hidden, weight))
+    assert torch.autograd.gradcheck(uniform, (hidden, weight))
+
+
+def test_projected_loss_without_grad_and_empty() -> None:
+    hidden, weight, target = projected_case(9)
+    with torch.no_grad():
+        out = projected_label_smoothed_nll(hidden, weight, target, epsilon=0.1)
+    ref = label_smoothed_nll(hidden @ weight.t(), target, epsilon=0.1, ignore_index=PAD)
+    torch.testing.assert_close(out.loss, ref.loss)
+    h = hidden[:0].clone().requires_grad_(True)
+    w = weight.clone().requires_grad_(True)
+    empty = projected_label_smoothed_nll(h, w, target[:0], epsilon=0.1)
+    assert empty.n_tokens == 0 and empty.loss.item() == 0.0
+    empty.loss.backward()
+    assert torch.equal(w.grad, torch.zeros_like(w))
