@@ -156,13 +156,20 @@ class CrossAttention(nn.Module):
         *,
         mask: Tensor | None,
         need_weights: bool = False,
+        group: int = 1,
     ) -> tuple[Tensor, Tensor | None]:
         """Attend from ``x`` (B, T, D) to the memory's (K, V); ``mask`` hides source padding.
+
+        ``group`` consecutive rows of ``x`` share one memory row (B = M * group; the K beams
+        of a sentence): their queries are attended together, as one row of length group * T.
 
         Returns:
             (output (B, T, D), weights (B, H, T, S) or None).
         """
         q = _split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, Dh)
+        b, h, t, dh = q.shape
+        if group > 1:  # (M * G, H, T, Dh) -> (M, H, G * T, Dh)
+            q = q.view(b // group, group, h, t, dh).transpose(1, 2).reshape(-1, h, group * t, dh)
         out, weights = attend(
             q,
             memory_kv[0],
@@ -171,4 +178,13 @@ class CrossAttention(nn.Module):
             dropout=self.dropout if self.training else 0.0,
             need_weights=need_weights,
         )
+        if group > 1:  # back to (B, H, T, .)
+            out = _ungroup(out, group, t)
+            weights = None if weights is None else _ungroup(weights, group, t)
         return self.out_proj(_merge_heads(out)), weights
+
+
+def _ungroup(x: Tensor, group: int, t: int) -> Tensor:
+    """(M, H, G * T, E) -> (M * G, H, T, E)."""
+    m, h, _, e = x.shape
+    return x.view(m, h, group, t, e).transpose(1, 2).reshape(m * group, h, t, e)

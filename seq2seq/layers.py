@@ -236,6 +236,7 @@ class DecoderLayer(nn.Module):
         cross_mask: Tensor | None,
         cache: tuple[Tensor, Tensor] | None = None,
         need_weights: bool = False,
+        group: int = 1,
     ) -> tuple[Tensor, LayerWeights, tuple[Tensor, Tensor]]:
         """One decoder layer.
 
@@ -246,6 +247,7 @@ class DecoderLayer(nn.Module):
             is_causal: use SDPA's causal flag (square, no cache).
             cross_mask: (B, 1, 1, S) bool from the source padding, or None.
             cache: self-attention (K, V) of earlier positions, or None.
+            group: consecutive rows of x that share one memory row (B = M * group).
 
         Returns:
             (output (B, T, D), the layer's weights, the new self-attention (K, V)).
@@ -259,7 +261,11 @@ class DecoderLayer(nn.Module):
         )
         x = self.self_res.post(x, y)
         y, w_cross = self.cross_attn(
-            self.cross_res.pre(x), memory_kv, mask=cross_mask, need_weights=need_weights
+            self.cross_res.pre(x),
+            memory_kv,
+            mask=cross_mask,
+            need_weights=need_weights,
+            group=group,
         )
         x = self.cross_res.post(x, y)
         x = self.ff_res.post(x, self.ff(self.ff_res.pre(x)))

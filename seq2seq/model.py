@@ -38,6 +38,7 @@ __all__ = [
     "ModelAttention",
     "Seq2SeqTransformer",
     "build_model",
+    "memory_groups",
 ]
 
 
@@ -45,15 +46,22 @@ __all__ = [
 class DecoderState:
     """Everything incremental decoding carries from one step to the next.
 
+    The encoder side is kept once per source sentence ("memory row") and shared by the
+    decoder rows (beams) of that sentence: reordering beams never copies it, and the
+    cross-attention of a sentence's beams runs as one batch row. Only when sentences leave
+    (finished) is it compacted.
+
     Attributes:
-        src_pad: (N, S) bool, True at source padding.
-        cross_kv: per decoder layer, the memory's (K, V), each (N, H, S, Dh); computed once.
+        src_pad: (M, S) bool, True at source padding, per memory row.
+        cross_kv: per decoder layer, the memory's (K, V), each (M, H, S, Dh); computed once.
         self_kv: per decoder layer, the (K, V) of the target positions so far, each
             (N, H, t', Dh) with t' <= t (a sliding window keeps only what it can see);
             None before the first step.
         position: absolute position of the next target token (tokens consumed so far).
         cross_attention: (N, S) cross-attention of the last step (last layer, mean over
             heads), filled only when the step was asked for weights.
+        memory_rows: (N,) the memory row of each decoder row; None means row i uses memory
+            row i (N = M).
     """
 
     src_pad: Tensor
@@ -61,22 +69,61 @@ class DecoderState:
     self_kv: list[tuple[Tensor, Tensor]] | None = None
     position: int = 0
     cross_attention: Tensor | None = None
+    memory_rows: Tensor | None = None
 
     def reorder(self, index: Tensor) -> DecoderState:
-        """Select rows (N,) -> (M,) of every cached tensor: beam expansion, reordering, pruning."""
+        """Select rows (N,) -> (N',) of the state: beam expansion, reordering, pruning.
 
-        def pick(kv: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
-            return kv[0].index_select(0, index), kv[1].index_select(0, index)
+        The decoder rows' caches are selected; the memory is only compacted when some
+        sentence no longer has a row.
+        """
 
+        def pick(kv: tuple[Tensor, Tensor], rows: Tensor) -> tuple[Tensor, Tensor]:
+            return kv[0].index_select(0, rows), kv[1].index_select(0, rows)
+
+        rows = index if self.memory_rows is None else self.memory_rows.index_select(0, index)
+        src_pad, cross_kv = self.src_pad, self.cross_kv
+        used = torch.unique(rows)  # sorted memory rows still referenced
+        if used.numel() < src_pad.size(0):
+            src_pad = src_pad.index_select(0, used)
+            cross_kv = [pick(kv, used) for kv in cross_kv]
+            rows = torch.searchsorted(used, rows)
         return DecoderState(
-            src_pad=self.src_pad.index_select(0, index),
-            cross_kv=[pick(kv) for kv in self.cross_kv],
-            self_kv=None if self.self_kv is None else [pick(kv) for kv in self.self_kv],
+            src_pad=src_pad,
+            cross_kv=cross_kv,
+            self_kv=None if self.self_kv is None else [pick(kv, index) for kv in self.self_kv],
             position=self.position,
             cross_attention=None
             if self.cross_attention is None
             else self.cross_attention.index_select(0, index),
+            memory_rows=rows,
         )
+
+    def row_memory(self) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+        """(src_pad (N, S), cross_kv each (N, H, S, Dh)): the memory expanded to decoder rows."""
+        if self.memory_rows is None:
+            return self.src_pad, self.cross_kv
+        rows = self.memory_rows
+        return self.src_pad.index_select(0, rows), [
+            (k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.cross_kv
+        ]
+
+
+def memory_groups(memory_rows: Tensor | None, n_memory: int) -> int | None:
+    """How many consecutive decoder rows share each memory row, if they do so uniformly.
+
+    1 when ``memory_rows`` is None (row i uses memory row i); k when ``memory_rows`` is
+    ``arange(M).repeat_interleave(k)`` (beam search: the K beams of a sentence are adjacent);
+    None otherwise (the memory must be expanded to the rows).
+    """
+    if memory_rows is None:
+        return 1
+    n = memory_rows.numel()
+    if n_memory == 0 or n % n_memory:
+        return None
+    k = n // n_memory
+    grouped = torch.arange(n_memory, device=memory_rows.device).repeat_interleave(k)
+    return k if torch.equal(memory_rows, grouped) else None
 
 
 @dataclass
@@ -217,15 +264,18 @@ class Decoder(nn.Module):
         cache: list[tuple[Tensor, Tensor]] | None = None,
         offset: int = 0,
         need_weights: bool = False,
+        memory_rows: Tensor | None = None,
     ) -> tuple[Tensor, list[tuple[Tensor, Tensor]], list[LayerWeights]]:
         """Decode new target positions.
 
         Args:
             tgt_ids: (B, T) token ids at absolute positions offset .. offset+T-1.
-            cross_kv: from :meth:`memory_kv`.
-            src_pad: (B, S) bool, True at source padding.
+            cross_kv: from :meth:`memory_kv`, each (M, H, S, Dh).
+            src_pad: (M, S) bool, True at source padding.
             cache: per-layer self-attention (K, V) of the earlier positions, or None.
             offset: absolute position of tgt_ids[:, 0].
+            memory_rows: (B,) the memory row of each target row (see DecoderState);
+                None: M = B, row i uses memory row i.
 
         Returns:
             (hidden states (B, T, D), per-layer new self (K, V), per-layer weights).
@@ -240,7 +290,17 @@ class Decoder(nn.Module):
         # With a trimmed (sliding-window) cache the keys are the last k_len positions, so the
         # bottom-right aligned mask still sees the right relative positions.
         self_mask = None if is_causal else self.structural_mask(t, k_len, x.device)  # (T, Tk)
-        cross_mask = merge_masks(None, src_pad) if bool(src_pad.any()) else None  # (B,1,1,S)
+        if self_mask is not None and bool(self_mask.all()):
+            self_mask = None  # nothing hidden (a cached causal step): SDPA's mask-free path
+        group = memory_groups(memory_rows, src_pad.size(0))
+        if group is None:  # rows share memory rows irregularly: expand the memory to them
+            src_pad = src_pad.index_select(0, memory_rows)
+            cross_kv = [
+                (k.index_select(0, memory_rows), v.index_select(0, memory_rows))
+                for k, v in cross_kv
+            ]
+            group = 1
+        cross_mask = merge_masks(None, src_pad) if bool(src_pad.any()) else None  # (M,1,1,S)
         new_cache, weights = [], []
         for i, layer in enumerate(self.layers):
             x, w, kv = layer(
@@ -251,6 +311,7 @@ class Decoder(nn.Module):
                 cross_mask=cross_mask,
                 cache=None if cache is None else cache[i],
                 need_weights=need_weights,
+                group=group,
             )
             new_cache.append(kv)
             weights.append(w)
@@ -421,6 +482,7 @@ class Seq2SeqTransformer(nn.Module):
             cache=state.self_kv,
             offset=state.position,
             need_weights=need_weights,
+            memory_rows=state.memory_rows,
         )
         if self.decoder.self_mask == "window":
             keep = self.decoder.window - 1  # keys the next query can still see besides itself
@@ -440,7 +502,11 @@ class Seq2SeqTransformer(nn.Module):
         The baseline for benchmarks and the reference the cached path is tested against.
         """
         hidden, _, weights = self.decoder(
-            prefix, state.cross_kv, state.src_pad, need_weights=need_weights
+            prefix,
+            state.cross_kv,
+            state.src_pad,
+            need_weights=need_weights,
+            memory_rows=state.memory_rows,
         )
         log_probs = self.project(hidden[:, -1]).float().log_softmax(dim=-1)
         cross = weights[-1].cross_attn[:, :, -1].mean(dim=1) if need_weights else None

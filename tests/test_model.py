@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -317,13 +318,51 @@ def test_reorder_selects_every_cached_tensor() -> None:
         _, state = model.decode_step(tgt_prefix(3, 3), state, need_weights=True)
     index = torch.tensor([1, 1, 2])
     picked = state.reorder(index)
-    assert torch.equal(picked.src_pad, state.src_pad[index])
+    pad, cross = picked.row_memory()  # the memory as the decoder rows see it
+    assert torch.equal(pad, state.src_pad[index])
     assert picked.position == state.position
     assert torch.equal(picked.cross_attention, state.cross_attention[index])
-    for (k0, v0), (k1, v1) in zip(state.cross_kv + state.self_kv, picked.cross_kv + picked.self_kv):
+    for (k0, v0), (k1, v1) in zip(state.cross_kv + state.self_kv, cross + picked.self_kv):
         assert torch.equal(k1, k0[index]) and torch.equal(v1, v0[index])
+    # sentence 0 has no row left: its memory row is dropped, the other two are kept once
+    assert picked.src_pad.size(0) == 2 and picked.cross_kv[0][0].size(0) == 2
+    assert picked.memory_rows.tolist() == [0, 0, 1]
     # the original is untouched (reorder returns a new state)
     assert state.src_pad.size(0) == 3 and state.self_kv[0][0].size(0) == 3
+
+
+@pytest.mark.parametrize("kind", list(MASKS))
+def test_beams_share_the_memory_and_match_per_row_memory(kind: str) -> None:
+    """Beam-style states (K rows per sentence, memory kept once) give the same log-probs and
+    cross-attention as the memory copied to every row, through expansion, reordering within
+    sentences, dropping a sentence, and an irregular selection."""
+    model = make_model(dtype=torch.float64, **MASKS[kind])
+    src = padded_src([4, 6, 3], seed=21)
+    K = 3
+    with torch.no_grad():
+        shared = model.start_state(src).reorder(torch.arange(3).repeat_interleave(K))
+        assert shared.cross_kv[0][0].size(0) == 3  # not copied K times
+        tgt = tgt_prefix(3 * K, 6, seed=22)
+        steps = [
+            torch.tensor([0, 0, 1, 3, 4, 4, 8, 6, 7]),  # beams reordered within sentences
+            torch.tensor([3, 4, 5, 6, 7, 8]),  # sentence 0 finished: memory compacted
+            torch.tensor([5, 0, 2]),  # irregular: the memory is expanded per row
+        ]
+        rows = torch.arange(3 * K)
+        for t in range(1, 5):
+            pad, cross = shared.row_memory()
+            copied = dataclasses.replace(shared, src_pad=pad, cross_kv=cross, memory_rows=None)
+            lp_s, shared = model.decode_step(tgt[rows, :t], shared, need_weights=True)
+            lp_c, copied = model.decode_step(tgt[rows, :t], copied, need_weights=True)
+            torch.testing.assert_close(lp_s, lp_c, atol=1e-12, rtol=0)
+            torch.testing.assert_close(shared.cross_attention, copied.cross_attention)
+            lp_u, _ = model.decode_step_uncached(tgt[rows, :t], shared)
+            torch.testing.assert_close(lp_u, lp_s, atol=1e-10, rtol=0)
+            if t <= len(steps):
+                index = steps[t - 1]
+                shared = shared.reorder(index)
+                rows = rows[index]
+        assert shared.src_pad.size(0) == 2  # sentences 1 and 2 remain
 
 
 # ---- options ------------------------------------------------------------------------------------
