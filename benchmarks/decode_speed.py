@@ -2,8 +2,8 @@
 """Decoding speed and memory: greedy and beam 5, per engine, on a real test set.
 
 Engines: ``torch`` (KV cache), ``torch-nocache`` (recomputes the whole prefix every step: the
-baseline the cache is measured against), and the exports ``ctranslate2`` and ``onnx`` (made
-from MODEL_DIR into a temporary folder). Each (engine, search) runs in its own subprocess, so
+baseline the cache is measured against), and the exports ``ctranslate2`` (float32),
+``ctranslate2-int8`` and ``onnx`` (made from MODEL_DIR into a temporary folder). Each (engine, search) runs in its own subprocess, so
 each peak-memory reading (max RSS) is its own; the time covers translating the test set after
 loading and a short warm-up (detokenization included).
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from export_parity import export_for, load_test_set  # noqa: E402
 
-ENGINES = ("torch", "torch-nocache", "ctranslate2", "onnx")
+ENGINES = ("torch", "torch-nocache", "ctranslate2", "ctranslate2-int8", "onnx")
 SEARCHES = {"greedy": {"method": "greedy"}, "beam5": {"method": "beam", "beam_size": 5}}
 
 
@@ -89,12 +89,12 @@ def main() -> None:
         src_file.write_text("".join(s + "\n" for s in src), encoding="utf-8")
         for engine in args.engines.split(","):
             if engine in ("torch", "torch-nocache"):
-                engine_dir = args.model_dir
+                engine_dir, runtime = args.model_dir, engine
             else:
-                engine_dir, engine, _ = export_for(engine, args.model_dir, tmp / engine)
+                engine_dir, runtime, _ = export_for(engine, args.model_dir, tmp / engine)
             for search in SEARCHES:
                 cmd = [sys.executable, __file__, str(args.model_dir), "--threads", str(args.threads),
-                       "--child", str(engine_dir), engine, search, "--src-file", str(src_file)]  # fmt: skip
+                       "--child", str(engine_dir), runtime, search, "--src-file", str(src_file)]  # fmt: skip
                 out = subprocess.run(cmd, capture_output=True, text=True, check=False)
                 if out.returncode:
                     sys.exit(f"{engine} {search} failed:\n{out.stderr[-3000:]}")
@@ -103,9 +103,9 @@ def main() -> None:
                 print(f"  {engine} {search}: {result['sentences_per_s']:.1f} sent/s", flush=True)
 
     print(f"\nDecoding {name}, {len(src)} sentences, {args.threads} threads")
-    print(f"{'engine':<16}{'search':<8}{'sent/s':>9}{'tok/s':>9}{'peak RSS MiB':>14}")
+    print(f"{'engine':<18}{'search':<8}{'sent/s':>9}{'tok/s':>9}{'peak RSS MiB':>14}")
     for r in rows:
-        print(f"{r['engine']:<16}{r['search']:<8}{r['sentences_per_s']:>9.1f}"
+        print(f"{r['engine']:<18}{r['search']:<8}{r['sentences_per_s']:>9.1f}"
               f"{r['tokens_per_s']:>9.0f}{r['peak_rss_mib']:>14.0f}")  # fmt: skip
     by = {(r["engine"], r["search"]): r for r in rows}
     if ("torch", "beam5") in by and ("torch-nocache", "beam5") in by:
@@ -114,6 +114,10 @@ def main() -> None:
             / by["torch-nocache", "beam5"]["sentences_per_s"]
         )
         print(f"KV cache speed-up, beam 5: {speedup:.2f}x")
+    for engine in ("ctranslate2", "ctranslate2-int8"):
+        if ("torch", "beam5") in by and (engine, "beam5") in by:
+            ratio = by[engine, "beam5"]["sentences_per_s"] / by["torch", "beam5"]["sentences_per_s"]
+            print(f"{engine} / torch, beam 5: {ratio:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
 
