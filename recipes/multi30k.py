@@ -9,150 +9,19 @@ Each stage writes its output under --out and is skipped when that output already
 an interrupted recipe run again continues where it stopped (training resumes from its last
 checkpoint). Offline, set SEQ2SEQ_MIRROR (or --mirror) to a local copy of the Multi30K
 repository. Every stage is one `seq2seq` command, printed before it runs, so each can be
-rerun by hand.
+rerun by hand. The pipeline itself is seq2seq/recipe.py, shared with the other recipes.
 """
 
-from __future__ import annotations
-
-import argparse
-import json
-import os
-import shlex
 import sys
-import time
-from pathlib import Path
 
-from seq2seq.average import periodic_checkpoints
-from seq2seq.cli import main as seq2seq
-from seq2seq.config import load_config
-from seq2seq.corpora import prepare_corpus
-from seq2seq.errors import UserError
-
-PAIRS = ("en-de", "de-en", "en-fr", "fr-en", "en-cs")
-EXAMPLES = {
-    "en": ["A man in a blue shirt is riding a bicycle.", "Two dogs are playing in the snow."],
-    "de": ["Ein Mann in einem blauen Hemd fährt Fahrrad.", "Zwei Hunde spielen im Schnee."],
-    "fr": ["Un homme en chemise bleue fait du vélo.", "Deux chiens jouent dans la neige."],
-}
-
-
-def run(*argv: str) -> None:
-    """Run one `seq2seq` command in this process; stop the recipe if it fails."""
-    print(f"\n$ seq2seq {shlex.join(argv)}", flush=True)
-    status = seq2seq(list(argv))
-    if status:
-        sys.exit(status)
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--config", default="configs/multi30k_quick.yaml")
-    parser.add_argument("--pair", default="en-de", choices=PAIRS)
-    parser.add_argument("--out", default="runs/multi30k")
-    parser.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
-    parser.add_argument("--no-export", action="store_true", help="skip the export stage")
-    parser.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    args = parser.parse_args()
-
-    # ---- config: the YAML, the language pair, the user's overrides -------------------------
-    overrides = [f"data.pair={args.pair}", *args.overrides]
-    cfg = load_config(args.config, overrides)
-    out = Path(args.out)
-    model_dir, averaged_dir = out / "model", out / "averaged"
-    src_lang, tgt_lang = args.pair.split("-")
-    tokenized_lc = cfg.data.variant == "tok"
-    mirror = ["--mirror", args.mirror] if args.mirror else []
-
-    # ---- corpus: every split the source (internet or mirror) has --------------------------
-    corpus_dir = out / "corpus"
-    splits = {}
-    for split in (cfg.data.train_split, cfg.data.valid_split, *cfg.data.test_splits):
-        try:
-            files = prepare_corpus(
-                cfg.data.corpus,
-                args.pair,
-                corpus_dir,
-                variant=cfg.data.variant,
-                splits=[split],
-                mirror=args.mirror,
-            )
-        except UserError as e:
-            if split in (cfg.data.train_split, cfg.data.valid_split):
-                raise
-            print(f"skipping test split {split}: {e}")
-            continue
-        splits.update(files)
-    test_splits = [s for s in cfg.data.test_splits if s in splits]
-
-    # ---- SentencePiece + binarized data + training (seq2seq train does all three) ----------
-    started = time.time()
-    if (model_dir / "manifest.json").is_file():
-        print(f"\n[train] {model_dir} is complete; skipping")
-    elif (model_dir / "checkpoints" / "last.ckpt").is_file():
-        run("train", "--resume", str(model_dir), *mirror)
-    else:
-        run("train", "--config", args.config, "--out", str(model_dir), *mirror, *overrides)
-    train_minutes = (time.time() - started) / 60
-
-    # ---- average the last checkpoints ------------------------------------------------------
-    if (averaged_dir / "manifest.json").is_file():
-        print(f"\n[average] {averaged_dir} exists; skipping")
-    else:
-        # The last training.average_last periodic checkpoints (fewer if a short run made fewer).
-        written = len(periodic_checkpoints(model_dir / "checkpoints"))
-        n = max(min(cfg.training.average_last, written), 1)
-        run("average", str(model_dir), "-n", str(n), "--out", str(averaged_dir))
-
-    # ---- test: every available test split, BLEU / chrF / TER with signatures ----------------
-    results = []
-    for split in test_splits:
-        src, ref = splits[split]
-        scores_json = out / "eval" / f"{Path(src).name}.json"  # evaluate names outputs by --src
-        if not scores_json.is_file():
-            run(
-                "evaluate", str(averaged_dir), "--src", str(src), "--ref", str(ref),
-                "--out-dir", str(out / "eval"),
-                *(["--tokenized-lc"] if tokenized_lc else []),
-            )  # fmt: skip
-        scores = json.loads(scores_json.read_text(encoding="utf-8"))["scores"]
-        results.append((split, scores))
-
-    # ---- export for inference ---------------------------------------------------------------
-    export_dir = out / "export" / "ctranslate2"
-    if args.no_export:
-        print("\n[export] skipped (--no-export)")
-    elif export_dir.is_dir():
-        print(f"\n[export] {export_dir} exists; skipping")
-    else:
-        run("export", str(averaged_dir), "--format", "ctranslate2", "--out", str(export_dir))
-
-    # ---- a few translations and the results lines ------------------------------------------
-    from seq2seq.translate import Translator
-
-    translator = Translator.load(averaged_dir)
-    examples = EXAMPLES.get(src_lang, EXAMPLES["en"])
-    print("\nexample translations:")
-    for line, hyp in zip(examples, translator.translate(examples)):
-        print(f"  {line}\n  -> {hyp}")
-
-    print("\nresults:")
-    lines = []
-    for split, scores in results:
-        line = (
-            f"multi30k\t{args.pair}\t{split}\t{Path(args.config).stem}\t"
-            f"BLEU {scores['bleu']:.2f}\tchrF {scores['chrf']:.2f}\t"
-            f"TER {scores['ter']:.2f}\t{scores['bleu_signature']}"
-        )
-        lines.append(line)
-        print("  " + line)
-    (out / "results.tsv").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
-    if train_minutes > 0.1:
-        print(f"training took {train_minutes:.1f} minutes")
-
+from seq2seq.recipe import main
 
 if __name__ == "__main__":
-    try:
-        main()
-    except UserError as e:
-        print(f"multi30k recipe: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    sys.exit(
+        main(
+            corpus="multi30k",
+            default_config="configs/multi30k_quick.yaml",
+            pairs=("en-de", "de-en", "en-fr", "fr-en", "en-cs"),
+            doc=__doc__,
+        )
+    )

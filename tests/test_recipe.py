@@ -80,3 +80,55 @@ def test_recipe_end_to_end_then_skips_finished_stages(tmp_path, mirror):
     assert "$ seq2seq train" not in second.stdout and "$ seq2seq evaluate" not in second.stdout
     assert (out / "model/model.safetensors").stat().st_mtime_ns == mtime
     assert (out / "results.tsv").read_text().splitlines() == [line]
+
+
+def run_script(script: str, *args: str, mirror: Path | None = None):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env.pop("SEQ2SEQ_MIRROR", None)
+    if mirror is not None:
+        env["SEQ2SEQ_MIRROR"] = str(mirror)
+    return subprocess.run(
+        [sys.executable, f"recipes/{script}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "config"),
+    [
+        ("multi30k.py", "configs/multi30k_quick.yaml"),
+        ("iwslt14.py", "configs/iwslt14_de_en.yaml"),
+        ("wmt14.py", "configs/wmt14_en_de_base.yaml"),
+    ],
+)
+def test_every_recipe_has_help_and_its_default_config(script: str, config: str) -> None:
+    done = run_script(script, "--help")
+    assert done.returncode == 0, done.stderr
+    assert f"(default: {config})" in " ".join(done.stdout.split())
+
+
+def test_recipe_refuses_another_corpus_config(tmp_path) -> None:
+    done = run_script(
+        "iwslt14.py", "--config", "configs/multi30k_quick.yaml", "--out", str(tmp_path / "r")
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip() == (
+        "iwslt14 recipe: error: configs/multi30k_quick.yaml trains on multi30k, not iwslt14; "
+        "use recipes/multi30k.py"
+    )
+    assert not (tmp_path / "r").exists()
+
+
+def test_recipe_offline_without_the_files_says_what_is_missing(tmp_path) -> None:
+    empty = tmp_path / "mirror"
+    empty.mkdir()
+    done = run_script("wmt14.py", "--out", str(tmp_path / "r"), mirror=empty)
+    assert done.returncode == 2
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("wmt14 recipe: error: wmt14: ")
+    assert "not in the mirror" in line and str(empty) in line
+    assert "Traceback" not in done.stderr
