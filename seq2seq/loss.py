@@ -143,6 +143,11 @@ def _logit_grad_(
 
 
 class _ProjectedSmoothedNLL(torch.autograd.Function):
+    """Chunked ``hidden @ weight.T`` -> per-token (loss, nll); see projected_label_smoothed_nll.
+
+    Float32 or float64 inputs (the caller falls back to the unfused path otherwise).
+    """
+
     @staticmethod
     def forward(ctx, hidden, weight, target, epsilon, chunk_rows):
         n = hidden.size(0)

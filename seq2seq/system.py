@@ -268,7 +268,11 @@ class TranslationModule(pl.LightningModule):
         keep = tgt_out.ne(PAD_ID)  # (B, T)
         hidden, target = hidden[keep], tgt_out[keep]  # (N, D), (N,)
         epsilon = self.cfg.training.label_smoothing
-        if hidden.device.type == "cpu" and not torch.is_autocast_enabled("cpu"):
+        if (
+            hidden.device.type == "cpu"
+            and hidden.dtype in (torch.float32, torch.float64)
+            and not torch.is_autocast_enabled("cpu")
+        ):
             # Chunked projection + loss: the (N, V) logits never exist at once (loss.py).
             return projected_label_smoothed_nll(
                 hidden, self.model.output_proj.weight, target, epsilon=epsilon
