@@ -78,20 +78,16 @@ class DecoderState:
         sentence no longer has a row.
         """
 
-        def pick(kv: tuple[Tensor, Tensor], rows: Tensor) -> tuple[Tensor, Tensor]:
-            return kv[0].index_select(0, rows), kv[1].index_select(0, rows)
-
         rows = index if self.memory_rows is None else self.memory_rows.index_select(0, index)
         src_pad, cross_kv = self.src_pad, self.cross_kv
         used = torch.unique(rows)  # sorted memory rows still referenced
         if used.numel() < src_pad.size(0):
-            src_pad = src_pad.index_select(0, used)
-            cross_kv = [pick(kv, used) for kv in cross_kv]
+            src_pad, cross_kv = _select_rows(src_pad, cross_kv, used)
             rows = torch.searchsorted(used, rows)
         return DecoderState(
             src_pad=src_pad,
             cross_kv=cross_kv,
-            self_kv=None if self.self_kv is None else [pick(kv, index) for kv in self.self_kv],
+            self_kv=None if self.self_kv is None else _select_kv(self.self_kv, index),
             position=self.position,
             cross_attention=None
             if self.cross_attention is None
@@ -103,10 +99,19 @@ class DecoderState:
         """(src_pad (N, S), cross_kv each (N, H, S, Dh)): the memory expanded to decoder rows."""
         if self.memory_rows is None:
             return self.src_pad, self.cross_kv
-        rows = self.memory_rows
-        return self.src_pad.index_select(0, rows), [
-            (k.index_select(0, rows), v.index_select(0, rows)) for k, v in self.cross_kv
-        ]
+        return _select_rows(self.src_pad, self.cross_kv, self.memory_rows)
+
+
+def _select_kv(kv: list[tuple[Tensor, Tensor]], rows: Tensor) -> list[tuple[Tensor, Tensor]]:
+    """Rows ``rows`` of every (K, V) pair (dimension 0)."""
+    return [(k.index_select(0, rows), v.index_select(0, rows)) for k, v in kv]
+
+
+def _select_rows(
+    src_pad: Tensor, cross_kv: list[tuple[Tensor, Tensor]], rows: Tensor
+) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
+    """Rows ``rows`` of the memory: its padding and every layer's (K, V)."""
+    return src_pad.index_select(0, rows), _select_kv(cross_kv, rows)
 
 
 def memory_groups(memory_rows: Tensor | None, n_memory: int) -> int | None:
@@ -294,11 +299,7 @@ class Decoder(nn.Module):
             self_mask = None  # nothing hidden (a cached causal step): SDPA's mask-free path
         group = memory_groups(memory_rows, src_pad.size(0))
         if group is None:  # rows share memory rows irregularly: expand the memory to them
-            src_pad = src_pad.index_select(0, memory_rows)
-            cross_kv = [
-                (k.index_select(0, memory_rows), v.index_select(0, memory_rows))
-                for k, v in cross_kv
-            ]
+            src_pad, cross_kv = _select_rows(src_pad, cross_kv, memory_rows)
             group = 1
         cross_mask = merge_masks(None, src_pad) if bool(src_pad.any()) else None  # (M,1,1,S)
         new_cache, weights = [], []
