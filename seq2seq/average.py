@@ -34,6 +34,7 @@ __all__ = [
     "average_checkpoints",
     "average_model_dir",
     "model_state",
+    "checkpoints_to_average",
     "periodic_checkpoints",
     "read_checkpoint",
 ]
@@ -108,6 +109,32 @@ def periodic_checkpoints(ckpt_dir: str | Path) -> list[Path]:
         if m and p.is_file():
             found.append((int(m.group(1)), p))
     return [p for _, p in sorted(found)]
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The update count in a periodic checkpoint's name (``step00001000.ckpt`` -> 1000)."""
+    m = _PERIODIC.match(Path(path).name)
+    if not m:
+        raise CheckpointError(f"{path} is not a periodic checkpoint (stepNNNNNNNN.ckpt)")
+    return int(m.group(1))
+
+
+def checkpoints_to_average(ckpt_dir: str | Path, n: int) -> list[Path]:
+    """The checkpoints the end of training averages: the last ``n`` periodic ones, from the
+    second half of the run only.
+
+    A run that completes its schedule keeps ``keep_last`` checkpoints near its end, and this is
+    simply the last ``n`` (fairseq's ``--num-update-checkpoints``). A run stopped early (time
+    limit, early stopping) may still hold checkpoints from its first updates, taken at a far
+    higher learning rate; averaging those with the final weights lands between two different
+    models, so checkpoints older than half the last one's update count are left out (the last
+    checkpoint always counts). Oldest first; empty when there are no periodic checkpoints.
+    """
+    found = periodic_checkpoints(ckpt_dir)[-n:] if n > 0 else []
+    if not found:
+        return []
+    half = checkpoint_step(found[-1]) / 2
+    return [p for p in found if checkpoint_step(p) >= half]
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict[str, Tensor]:

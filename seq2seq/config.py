@@ -149,7 +149,8 @@ class TrainingConfig:
     keep_last: int = 5
     """Periodic checkpoints kept for averaging."""
     average_last: int = 5
-    """Checkpoints averaged into the exported model (1 = use the best checkpoint)."""
+    """Checkpoints averaged into the exported model (1 = use the best checkpoint); only those
+    from the second half of the run count (see ``average.checkpoints_to_average``)."""
     log_every_steps: int = 50
     max_nonfinite: int = 10
     """Consecutive non-finite losses tolerated (each skips its update) before the run stops."""

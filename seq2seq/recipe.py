@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from seq2seq.average import periodic_checkpoints
+from seq2seq.average import checkpoints_to_average
 from seq2seq.cli import main as seq2seq
 from seq2seq.config import load_config
 from seq2seq.corpora import prepare_corpus
@@ -142,9 +142,9 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     if (averaged_dir / "manifest.json").is_file():
         print(f"\n[average] {averaged_dir} exists; skipping")
     else:
-        # The last training.average_last periodic checkpoints (fewer if a short run made fewer).
-        written = len(periodic_checkpoints(model_dir / "checkpoints"))
-        n = max(min(cfg.training.average_last, written), 1)
+        # The checkpoints training averaged: the last training.average_last periodic ones from
+        # the second half of the run (fewer for a short or early-stopped run).
+        n = max(len(checkpoints_to_average(model_dir / "checkpoints", cfg.training.average_last)), 1)
         run("average", str(model_dir), "-n", str(n), "--out", str(averaged_dir))
 
     # ---- test: every available test split, BLEU / chrF / TER with signatures ----------------

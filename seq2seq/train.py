@@ -10,8 +10,9 @@ Output (``--out DIR``)::
     DIR/checkpoints/stepNNNNNNNN.ckpt   the last training.keep_last periodic checkpoints
     DIR/logs/csv/version_K/metrics.csv, DIR/logs/tb/version_K/   one version per launch
     DIR/model.safetensors + manifest.json   written at the end: the average of the last
-                                 training.average_last periodic checkpoints (the best one
-                                 when average_last is 1); `load_model_dir(DIR)` loads it
+                                 training.average_last periodic checkpoints from the second
+                                 half of the run (the best one when average_last is 1);
+                                 `load_model_dir(DIR)` loads it
 
 Checkpoints are written atomically (temporary file, fsync, rename), hold only tensors and
 plain values, and are read back with ``torch.load(weights_only=True)``. A periodic checkpoint
@@ -76,6 +77,7 @@ from pytorch_lightning.plugins.io import TorchCheckpointIO
 
 from seq2seq.average import (
     average_checkpoints,
+    checkpoints_to_average,
     model_for_run,
     periodic_checkpoints,
     read_checkpoint,
@@ -437,12 +439,14 @@ def export_weights(out_dir: Path, cfg: ExperimentConfig, *, log=print) -> Path:
     from seq2seq.modeldir import save_model_dir
 
     ckpt_dir = out_dir / CHECKPOINT_DIR
-    periodic = periodic_checkpoints(ckpt_dir)
     n = cfg.training.average_last
-    if n > 1 and periodic:
-        paths = periodic[-n:]
+    paths = checkpoints_to_average(ckpt_dir, n) if n > 1 else []
+    if paths:
         if len(paths) < n:
-            log(f"only {len(paths)} periodic checkpoints to average (training.average_last = {n})")
+            log(
+                f"averaging {len(paths)} periodic checkpoints, not training.average_last = {n} "
+                "(fewer were written in the second half of the run)"
+            )
         what = f"the average of {', '.join(p.name for p in paths)}"
     elif (ckpt_dir / BEST).is_file():
         paths, what = [ckpt_dir / BEST], BEST

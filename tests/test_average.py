@@ -13,6 +13,7 @@ from safetensors.torch import load_file
 from seq2seq.average import (
     CheckpointError,
     average_checkpoints,
+    checkpoints_to_average,
     periodic_checkpoints,
     read_checkpoint,
 )
@@ -97,6 +98,33 @@ def test_periodic_checkpoints_are_sorted_by_step(tmp_path):
     (tmp_path / "best.ckpt").write_bytes(b"")
     names = [p.name for p in periodic_checkpoints(tmp_path)]
     assert names == ["step00000020.ckpt", "step00000100.ckpt", "step00003000.ckpt"]
+
+
+def _steps(tmp_path: Path, steps) -> None:
+    for step in steps:
+        (tmp_path / f"step{step:08d}.ckpt").write_bytes(b"")
+
+
+def _picked(tmp_path: Path, n: int) -> list[int]:
+    return [int(p.stem[4:]) for p in checkpoints_to_average(tmp_path, n)]
+
+
+def test_a_completed_run_averages_its_last_n_checkpoints(tmp_path):
+    _steps(tmp_path, range(11_000, 20_001, 1000))
+    assert _picked(tmp_path, 10) == list(range(11_000, 20_001, 1000))
+    assert _picked(tmp_path, 3) == [18_000, 19_000, 20_000]
+    assert _picked(tmp_path, 1) == [20_000]
+    assert _picked(tmp_path, 0) == []
+    assert checkpoints_to_average(tmp_path / "missing", 5) == []
+
+
+def test_an_early_stopped_run_leaves_out_its_first_half(tmp_path):
+    # A run stopped by its time limit at 1,911 updates, resumed, stopped again at 8,508.
+    _steps(tmp_path, [1000, 1911, *range(2000, 8001, 1000), 8508])
+    assert _picked(tmp_path, 10) == [5000, 6000, 7000, 8000, 8508]
+    assert _picked(tmp_path, 3) == [7000, 8000, 8508]
+    (tmp_path / "step00004254.ckpt").write_bytes(b"")  # exactly half of 8,508 counts
+    assert _picked(tmp_path, 10)[0] == 4254
 
 
 @pytest.fixture
