@@ -144,7 +144,9 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     else:
         # The checkpoints training averaged: the last training.average_last periodic ones from
         # the second half of the run (fewer for a short or early-stopped run).
-        n = max(len(checkpoints_to_average(model_dir / "checkpoints", cfg.training.average_last)), 1)
+        n = max(
+            len(checkpoints_to_average(model_dir / "checkpoints", cfg.training.average_last)), 1
+        )
         run("average", str(model_dir), "-n", str(n), "--out", str(averaged_dir))
 
     # ---- test: every available test split, BLEU / chrF / TER with signatures ----------------
