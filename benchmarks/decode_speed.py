@@ -5,11 +5,13 @@ Engines: ``torch`` (KV cache), ``torch-nocache`` (recomputes the whole prefix ev
 baseline the cache is measured against), and the exports ``ctranslate2`` (float32),
 ``ctranslate2-int8`` and ``onnx`` (made from MODEL_DIR into a temporary folder). Each (engine, search) runs in its own subprocess, so
 each peak-memory reading (max RSS) is its own; the time covers translating the test set after
-loading and a short warm-up (detokenization included).
+loading and a short warm-up (detokenization included). ``--rounds`` repeats the whole set of
+measurements, engines interleaved, and reports medians: on a shared 2-core machine one run of
+an engine can be 10-20% off its neighbour.
 
     python benchmarks/decode_speed.py runs/demo/averaged --mirror ../shared/data/multi30k
 
-Columns: sentences/s, target tokens/s (SentencePiece pieces of the outputs, EOS included),
+Columns: sentences/s (median, and the range over rounds), target tokens/s (SentencePiece pieces of the outputs, EOS included),
 peak RSS in MiB.
 """
 
@@ -19,6 +21,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,6 +71,7 @@ def main() -> None:
     p.add_argument("--engines", default=",".join(ENGINES))
     p.add_argument("--limit", type=int, default=0, help="first N sentences only (0 = all)")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved repeats (median reported)")
     p.add_argument("--json", help="also write the numbers to this file")
     p.add_argument("--child", nargs=3, metavar=("DIR", "ENGINE", "SEARCH"), help=argparse.SUPPRESS)
     p.add_argument("--src-file", type=Path, help=argparse.SUPPRESS)
@@ -79,7 +83,8 @@ def main() -> None:
         print(json.dumps(measure(Path(engine_dir), engine, search, src, args.threads)))
         return
 
-    rows = []
+    engines = args.engines.split(",")
+    runs: dict[tuple[str, str], list[dict]] = {}  # (engine, search) -> one result per round
     with tempfile.TemporaryDirectory(prefix="decode-speed-") as tmp:
         tmp = Path(tmp)
         src, _refs, name = load_test_set(args, tmp)
@@ -87,37 +92,63 @@ def main() -> None:
             src = src[: args.limit]
         src_file = tmp / "src.txt"
         src_file.write_text("".join(s + "\n" for s in src), encoding="utf-8")
-        for engine in args.engines.split(","):
+        dirs = {}
+        for engine in engines:
             if engine in ("torch", "torch-nocache"):
-                engine_dir, runtime = args.model_dir, engine
+                dirs[engine] = (args.model_dir, engine)
             else:
                 engine_dir, runtime, _ = export_for(engine, args.model_dir, tmp / engine)
-            for search in SEARCHES:
-                cmd = [sys.executable, __file__, str(args.model_dir), "--threads", str(args.threads),
-                       "--child", str(engine_dir), runtime, search, "--src-file", str(src_file)]  # fmt: skip
-                out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-                if out.returncode:
-                    sys.exit(f"{engine} {search} failed:\n{out.stderr[-3000:]}")
-                result = json.loads(out.stdout.strip().splitlines()[-1])
-                rows.append({"engine": engine, "search": search, **result})
-                print(f"  {engine} {search}: {result['sentences_per_s']:.1f} sent/s", flush=True)
+                dirs[engine] = (engine_dir, runtime)
+        # Rounds interleave the engines, so a slow spell of a shared machine hits every engine
+        # of a round alike; each ratio below is taken within a round, then the median.
+        for rnd in range(args.rounds):
+            for engine in engines:
+                engine_dir, runtime = dirs[engine]
+                for search in SEARCHES:
+                    cmd = [sys.executable, __file__, str(args.model_dir), "--threads", str(args.threads),
+                           "--child", str(engine_dir), runtime, search, "--src-file", str(src_file)]  # fmt: skip
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                    if out.returncode:
+                        sys.exit(f"{engine} {search} failed:\n{out.stderr[-3000:]}")
+                    result = json.loads(out.stdout.strip().splitlines()[-1])
+                    runs.setdefault((engine, search), []).append(result)
+                    print(f"  round {rnd + 1}: {engine} {search}: "
+                          f"{result['sentences_per_s']:.1f} sent/s", flush=True)  # fmt: skip
 
-    print(f"\nDecoding {name}, {len(src)} sentences, {args.threads} threads")
-    print(f"{'engine':<18}{'search':<8}{'sent/s':>9}{'tok/s':>9}{'peak RSS MiB':>14}")
-    for r in rows:
-        print(f"{r['engine']:<18}{r['search']:<8}{r['sentences_per_s']:>9.1f}"
-              f"{r['tokens_per_s']:>9.0f}{r['peak_rss_mib']:>14.0f}")  # fmt: skip
-    by = {(r["engine"], r["search"]): r for r in rows}
-    if ("torch", "beam5") in by and ("torch-nocache", "beam5") in by:
-        speedup = (
-            by["torch", "beam5"]["sentences_per_s"]
-            / by["torch-nocache", "beam5"]["sentences_per_s"]
-        )
-        print(f"KV cache speed-up, beam 5: {speedup:.2f}x")
+    rounds = f"median of {args.rounds} rounds" if args.rounds > 1 else "1 round"
+    print(f"\nDecoding {name}, {len(src)} sentences, {args.threads} threads, {rounds}")
+    print(f"{'engine':<18}{'search':<8}{'sent/s':>9}{'range':>14}{'tok/s':>9}{'peak RSS MiB':>14}")
+    rows = []
+    for (engine, search), results in runs.items():
+        speeds = [r["sentences_per_s"] for r in results]
+        row = {
+            "engine": engine,
+            "search": search,
+            "sentences_per_s": statistics.median(speeds),
+            "tokens_per_s": statistics.median(r["tokens_per_s"] for r in results),
+            "peak_rss_mib": max(r["peak_rss_mib"] for r in results),
+            "rounds": results,
+        }
+        rows.append(row)
+        spread = f"{min(speeds):.0f}-{max(speeds):.0f}"
+        print(f"{engine:<18}{search:<8}{row['sentences_per_s']:>9.1f}{spread:>14}"
+              f"{row['tokens_per_s']:>9.0f}{row['peak_rss_mib']:>14.0f}")  # fmt: skip
+
+    def ratio(a: str, b: str) -> str | None:
+        if (a, "beam5") not in runs or (b, "beam5") not in runs:
+            return None
+        each = [
+            x["sentences_per_s"] / y["sentences_per_s"]
+            for x, y in zip(runs[a, "beam5"], runs[b, "beam5"], strict=True)
+        ]
+        spread = f" (rounds: {', '.join(f'{r:.2f}' for r in each)})" if len(each) > 1 else ""
+        return f"{statistics.median(each):.2f}x{spread}"
+
+    if speedup := ratio("torch", "torch-nocache"):
+        print(f"KV cache speed-up, beam 5: {speedup}")
     for engine in ("ctranslate2", "ctranslate2-int8"):
-        if ("torch", "beam5") in by and (engine, "beam5") in by:
-            ratio = by[engine, "beam5"]["sentences_per_s"] / by["torch", "beam5"]["sentences_per_s"]
-            print(f"{engine} / torch, beam 5: {ratio:.2f}x")
+        if r := ratio(engine, "torch"):
+            print(f"{engine} / torch, beam 5: {r}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
 
