@@ -326,6 +326,63 @@ def test_beam_one_equals_greedy():
             assert g.token_scores == pytest.approx(b.token_scores, abs=1e-9)
 
 
+def reference_beam(
+    dist: Dist, sent: int, *, vocab: int, K: int, max_len: int, min_len: int = 1, lp_pow: float = 1.0
+) -> list[tuple[list[int], float]]:
+    """The beam search of beam_search's docstring, one sentence, plain Python over all K * V
+    continuations: the top 2K by cumulative score; EOS among the first K finalized; the first K
+    others continue (EOS candidates fill in as dead beams when fewer exist)."""
+    beams = [((), 0.0)] + [((), -math.inf)] * (K - 1)
+    final: list[tuple[list[int], float]] = []
+    for t in range(max_len):
+        cands = []
+        for toks, cum in beams:
+            lp = list(dist(sent, toks))
+            lp[PAD] = lp[BOS] = -math.inf
+            if len(toks) < min_len:
+                eos, lp[EOS] = lp[EOS], -math.inf
+            if len(toks) + 1 >= max_len:  # only EOS, with its own log-prob
+                eos = dist(sent, toks)[EOS]
+                lp = [-math.inf] * vocab
+                lp[EOS] = eos
+            cands += [(cum + lp[v], toks, v) for v in range(vocab)]
+        top = sorted(cands, key=lambda c: -c[0])[: min(2 * K, K * vocab)]
+        for score, toks, v in top[:K]:
+            if v == EOS and math.isfinite(score) and len(final) < K:
+                final.append(([*toks, EOS], score / (t + 1) ** lp_pow))
+        if len(final) >= K or t + 1 >= max_len:
+            break
+        live = [c for c in top if c[2] != EOS]
+        dead = [(-math.inf, c[1], c[2]) for c in top if c[2] == EOS]
+        beams = [((*toks, v), score) for score, toks, v in (live + dead)[:K]]
+    return sorted(final, key=lambda h: -h[1])
+
+
+@pytest.mark.parametrize(
+    ("vocab", "K", "min_len", "lp_pow"),
+    [(8, 2, 1, 1.0), (8, 5, 2, 0.6), (20, 4, 1, 1.0), (5, 5, 1, 1.0), (5, 3, 2, 0.0)],
+)
+def test_beam_equals_the_plain_reference(vocab, K, min_len, lp_pow):
+    # vocab 5 leaves three producible tokens (EOS, UNK, A) for up to 5 beams: fewer than 2K
+    # continuations per beam, and dead beams.
+    dist = random_dist(vocab=vocab, eos_bias=0.4)
+    sents = list(range(8))
+    max_lens = [2, 4, 6, 7, 9, 11, 12, 3]
+    got = run_beam(
+        FakeModel(dist),
+        sents,
+        max_lens=torch.tensor(max_lens),
+        beam_size=K,
+        nbest=K,
+        min_len=min_len,
+        len_penalty=lp_pow,
+    )
+    for s, m in zip(sents, max_lens):
+        want = reference_beam(dist, s, vocab=vocab, K=K, max_len=m, min_len=min_len, lp_pow=lp_pow)
+        assert [h.tokens for h in got[s]] == [toks for toks, _ in want], s
+        assert [h.score for h in got[s]] == pytest.approx([sc for _, sc in want], abs=1e-9)
+
+
 def test_nbest_sorted_distinct_and_scores_add_up():
     dist = random_dist()
     out = run_beam(
