@@ -209,10 +209,16 @@ class Checkpointer(Checkpoint):
 
     @staticmethod
     def _validation_follows(trainer: pl.Trainer) -> bool:
-        """Whether Lightning validates right after this training batch (batch-count rule)."""
+        """Whether Lightning validates right after this training batch.
+
+        Two rules of Lightning's ``_should_check_val_fx``: every ``val_check_batch`` batches,
+        and once more when a callback (the ``max_time`` Timer) has asked the run to stop.
+        """
         every = trainer.val_check_batch
         if not trainer.enable_validation or not isinstance(every, int) or every < 1:
             return False
+        if trainer.should_stop and trainer.fit_loop._can_stop_early:
+            return True
         return (trainer.fit_loop.epoch_loop.total_batch_idx + 1) % every == 0
 
     def _due(self, trainer: pl.Trainer) -> bool:

@@ -327,7 +327,14 @@ def test_beam_one_equals_greedy():
 
 
 def reference_beam(
-    dist: Dist, sent: int, *, vocab: int, K: int, max_len: int, min_len: int = 1, lp_pow: float = 1.0
+    dist: Dist,
+    sent: int,
+    *,
+    vocab: int,
+    K: int,
+    max_len: int,
+    min_len: int = 1,
+    lp_pow: float = 1.0,
 ) -> list[tuple[list[int], float]]:
     """The beam search of beam_search's docstring, one sentence, plain Python over all K * V
     continuations: the top 2K by cumulative score; EOS among the first K finalized; the first K

@@ -354,6 +354,29 @@ def test_early_stopping_ends_the_run_and_keeps_its_last_state(tmp_path):
     assert (run / "model.safetensors").is_file()
 
 
+def test_a_time_limit_stop_checkpoints_after_its_last_validation(tmp_path):
+    # Lightning validates once more when a callback (here the Timer of training.max_time)
+    # stops the run mid-interval. The last checkpoint, which --resume continues from, must hold
+    # the best score including that validation; otherwise a resumed run forgets it and
+    # overwrites best.ckpt with a worse model.
+    data = write_copy_corpus(tmp_path / "data")
+    cfg = load_config(
+        None,
+        overrides(
+            data, max_steps=100_000, val_every_steps=7, val_metric="loss", max_time="00:00:00:04"
+        ),
+    )
+    run = train(cfg, tmp_path / "run", progress=False)
+    last = read_checkpoint(run / "checkpoints" / "last.ckpt")
+    assert 0 < last["global_step"] < 100_000  # stopped by the time limit
+    losses = csv_metrics(run)["val/loss"]
+    assert max(losses) == last["global_step"] - 1  # the stop's own validation was logged
+    state = last["callbacks"]["Checkpointer"]
+    assert state["best_score"] == pytest.approx(min(losses.values()), rel=1e-6)
+    best = read_checkpoint(run / "checkpoints" / "best.ckpt")
+    assert best["global_step"] == state["best_step"] == 1 + min(losses, key=losses.get)
+
+
 # ---------------------------------------------------------------------------------------------
 # Distributed data parallel on CPU (gloo)
 
