@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import sys
 import time
@@ -35,6 +36,15 @@ EXAMPLES = {
     "fr": ["Un homme en chemise bleue fait du vélo.", "Deux chiens jouent dans la neige."],
     "cs": ["Muž v modré košili jede na kole.", "Dva psi si hrají ve sněhu."],
 }
+
+
+def example_sentences(lang: str, *, tokenized_lc: bool) -> list[str]:
+    """The sentences the recipe translates at the end, written the way the model reads them
+    (lowercased, final punctuation split off, for the lowercased tokenized variant)."""
+    examples = EXAMPLES.get(lang, EXAMPLES["en"])
+    if tokenized_lc:
+        return [re.sub(r"([.,!?])$", r" \1", line.lower()) for line in examples]
+    return examples
 
 
 class _StageFailed(Exception):
@@ -176,7 +186,7 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     from seq2seq.translate import Translator
 
     translator = Translator.load(averaged_dir)
-    examples = EXAMPLES.get(src_lang, EXAMPLES["en"])
+    examples = example_sentences(src_lang, tokenized_lc=tokenized_lc)
     print("\nexample translations:")
     for line, hyp in zip(examples, translator.translate(examples)):
         print(f"  {line}\n  -> {hyp}")

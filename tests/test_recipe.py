@@ -132,3 +132,15 @@ def test_recipe_offline_without_the_files_says_what_is_missing(tmp_path) -> None
     assert line.startswith("wmt14 recipe: error: wmt14: ")
     assert "not in the mirror" in line and str(empty) in line
     assert "Traceback" not in done.stderr
+
+
+def test_examples_match_the_text_the_model_was_trained_on() -> None:
+    from seq2seq.recipe import example_sentences
+
+    raw = example_sentences("en", tokenized_lc=False)
+    assert raw[0] == "A man in a blue shirt is riding a bicycle."
+    assert example_sentences("en", tokenized_lc=True) == [
+        "a man in a blue shirt is riding a bicycle .",
+        "two dogs are playing in the snow .",
+    ]
+    assert example_sentences("de", tokenized_lc=True)[1] == "zwei hunde spielen im schnee ."
