@@ -11,8 +11,8 @@ an engine can be 10-20% off its neighbour.
 
     python benchmarks/decode_speed.py runs/demo/averaged --mirror ../shared/data/multi30k
 
-Columns: sentences/s (median, and the range over rounds), target tokens/s (SentencePiece pieces of the outputs, EOS included),
-peak RSS in MiB.
+Columns: sentences/s (median, and the range over rounds), target tokens/s (SentencePiece
+pieces of the outputs, EOS included), peak RSS in MiB.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ __all__ = [
     "CheckpointError",
     "average_checkpoints",
     "average_model_dir",
-    "model_state",
     "checkpoints_to_average",
+    "model_state",
     "periodic_checkpoints",
     "read_checkpoint",
 ]
