@@ -98,8 +98,8 @@ def model_state(ckpt: dict) -> dict[str, Tensor]:
     }
 
 
-def periodic_checkpoints(ckpt_dir: str | Path) -> list[Path]:
-    """The periodic checkpoints ``stepNNNNNNNN.ckpt`` of a run, oldest first (by step)."""
+def _periodic_by_step(ckpt_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of each periodic checkpoint ``stepNNNNNNNN.ckpt``, oldest first."""
     ckpt_dir = Path(ckpt_dir)
     if not ckpt_dir.is_dir():
         return []
@@ -108,15 +108,12 @@ def periodic_checkpoints(ckpt_dir: str | Path) -> list[Path]:
         m = _PERIODIC.match(p.name)
         if m and p.is_file():
             found.append((int(m.group(1)), p))
-    return [p for _, p in sorted(found)]
+    return sorted(found)
 
 
-def checkpoint_step(path: str | Path) -> int:
-    """The update count in a periodic checkpoint's name (``step00001000.ckpt`` -> 1000)."""
-    m = _PERIODIC.match(Path(path).name)
-    if not m:
-        raise CheckpointError(f"{path} is not a periodic checkpoint (stepNNNNNNNN.ckpt)")
-    return int(m.group(1))
+def periodic_checkpoints(ckpt_dir: str | Path) -> list[Path]:
+    """The periodic checkpoints ``stepNNNNNNNN.ckpt`` of a run, oldest first (by step)."""
+    return [p for _, p in _periodic_by_step(ckpt_dir)]
 
 
 def checkpoints_to_average(ckpt_dir: str | Path, n: int) -> list[Path]:
@@ -130,11 +127,11 @@ def checkpoints_to_average(ckpt_dir: str | Path, n: int) -> list[Path]:
     models, so checkpoints older than half the last one's update count are left out (the last
     checkpoint always counts). Oldest first; empty when there are no periodic checkpoints.
     """
-    found = periodic_checkpoints(ckpt_dir)[-n:] if n > 0 else []
+    found = _periodic_by_step(ckpt_dir)[-n:] if n > 0 else []
     if not found:
         return []
-    half = checkpoint_step(found[-1]) / 2
-    return [p for p in found if checkpoint_step(p) >= half]
+    half = found[-1][0] / 2
+    return [p for step, p in found if step >= half]
 
 
 def average_checkpoints(paths: list[str | Path]) -> dict[str, Tensor]:
