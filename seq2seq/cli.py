@@ -401,10 +401,13 @@ def _evaluate(sub) -> None:
         "data.test_splits[0], data.variant) or --src/--ref files. Writes OUT_DIR/NAME.hyp\n"
         "(the hypotheses) and OUT_DIR/NAME.json (scores, signatures, options).\n"
         "--tokenized-lc scores like papers on lowercased tokenized references (sacreBLEU\n"
-        "tokenize=none, lowercase): use it with a model trained on the tok variant.",
+        "tokenize=none, lowercase): use it with a model trained on the tok variant.\n"
+        "--moses-lc scores a model trained on raw text that way: its output and the raw\n"
+        "references are Moses-normalized, lowercased and tokenized first (NAME.moses-lc.*).",
         "seq2seq evaluate runs/multi30k_small --corpus multi30k --pair en-de "
         "--split test_2016_flickr\n"
         "seq2seq evaluate runs/m30k_tok --variant tok --tokenized-lc\n"
+        "seq2seq evaluate runs/m30k --moses-lc\n"
         "seq2seq evaluate runs/multi30k_small --src test.en --ref test.de --beam 5",
     )
     p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
@@ -428,6 +431,12 @@ def _evaluate(sub) -> None:
         action="store_true",
         help="score with sacreBLEU tokenize=none, lowercase (tokenized lowercased references)",
     )
+    p.add_argument(
+        "--moses-lc",
+        action="store_true",
+        help="Moses-tokenize and lowercase raw output and references, then score as "
+        "--tokenized-lc (compares a raw-text model with the papers)",
+    )
     _add_search_args(p)
     p.set_defaults(run=_run_evaluate)
 
@@ -449,6 +458,7 @@ def _run_evaluate(args) -> int:
         cache_dir=args.cache_dir,
         out_dir=args.out_dir,
         tokenized_lc=args.tokenized_lc,
+        moses_lc=args.moses_lc,
         device=args.device,
         engine=args.engine,
         warn=_warn("evaluate"),

@@ -11,6 +11,10 @@ offline mirror when one is given) or a pair of files. The run writes, under ``ou
 Both are written atomically. ``tokenized_lc`` scores the way papers on the lowercased,
 tokenized Multi30K references do (sacreBLEU with ``tokenize="none", lowercase=True``): use it
 with a model trained on the ``tok`` variant, whose output is tokenized like those references.
+``moses_lc`` scores a model trained on cased raw text the same way: its output and the raw
+references first go through :func:`seq2seq.metrics.moses_lc` (the steps that made the
+tokenized files), so the number compares with the papers' too; its outputs are named
+``NAME.moses-lc.*`` beside the default scores.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_open
+from seq2seq.metrics import moses_lc as moses_lc_lines
 from seq2seq.metrics import score_corpus
 from seq2seq.translate import Translator, read_lines
 
@@ -55,6 +60,7 @@ def evaluate_files(
     out_dir: Path,
     name: str,
     tokenized_lc: bool = False,
+    moses_lang: str | None = None,
     warn: Callable[[str], None] = _warn_stderr,
     info: dict | None = None,
 ) -> dict:
@@ -66,6 +72,9 @@ def evaluate_files(
         out_dir: where the hypotheses and the scores go.
         name: file stem of the outputs.
         tokenized_lc: score with sacreBLEU ``tokenize="none", lowercase=True``.
+        moses_lang: Moses-normalize, lowercase and tokenize hypotheses and references in
+            this language (:func:`seq2seq.metrics.moses_lc`), then score as ``tokenized_lc``.
+            The hypothesis file keeps the model's own output.
         warn: receives one message per truncated source line.
         info: extra fields for the JSON (model directory, engine, ...).
 
@@ -82,7 +91,14 @@ def evaluate_files(
         )
 
     hyps = translator.translate(src, on_truncated=on_truncated)
-    if tokenized_lc:
+    if moses_lang is not None:
+        scores = score_corpus(
+            moses_lc_lines(hyps, moses_lang),
+            moses_lc_lines(ref, moses_lang),
+            tokenize="none",
+            lowercase=True,
+        )
+    elif tokenized_lc:
         scores = score_corpus(hyps, ref, tokenize="none", lowercase=True)
     else:
         scores = score_corpus(hyps, ref)
@@ -94,6 +110,7 @@ def evaluate_files(
     result = {
         "scores": scores,
         "tokenized_lc": tokenized_lc,
+        "moses_lc": moses_lang,
         "src": str(src_path),
         "ref": str(ref_path),
         "hyp": str(hyp_path),
@@ -160,6 +177,7 @@ def evaluate(
     cache_dir: str | Path | None = None,
     out_dir: str | Path | None = None,
     tokenized_lc: bool = False,
+    moses_lc: bool = False,
     device: str = "cpu",
     engine: str = "torch",
     warn: Callable[[str], None] = _warn_stderr,
@@ -170,6 +188,9 @@ def evaluate(
     With ``src`` and ``ref`` the files are used as they are; otherwise the corpus, pair,
     split and variant default to the model's config (``data.corpus``, ``data.pair``,
     ``data.test_splits[0]``, ``data.variant``). ``overrides`` are search options.
+    ``moses_lc`` (for a model trained on raw text, with raw references) Moses-tokenizes and
+    lowercases both sides in the target language of ``pair`` (default ``data.pair``) before
+    scoring as ``tokenized_lc``; the outputs are then named ``NAME.moses-lc.hyp/.json``.
 
     Returns:
         See :func:`evaluate_files`.
@@ -178,6 +199,11 @@ def evaluate(
     out_dir = Path(out_dir) if out_dir is not None else model_dir / "eval"
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together")
+    if moses_lc and tokenized_lc:
+        raise UserError(
+            "--moses-lc and --tokenized-lc exclude each other: --tokenized-lc is for output "
+            "that is already tokenized, --moses-lc tokenizes raw output"
+        )
     if src is not None:
         for path in (src, ref):
             if not Path(path).is_file():
@@ -198,6 +224,10 @@ def evaluate(
             work_dir=out_dir / "data",
         )
     info = {"model_dir": str(model_dir), "engine": engine, "device": device}
+    moses_lang = None
+    if moses_lc:
+        moses_lang = (pair or translator.cfg.data.pair).split("-")[-1]
+        name += ".moses-lc"
     return evaluate_files(
         translator,
         src_path,
@@ -205,6 +235,7 @@ def evaluate(
         out_dir=out_dir,
         name=name,
         tokenized_lc=tokenized_lc,
+        moses_lang=moses_lang,
         warn=warn,
         info=info,
     )

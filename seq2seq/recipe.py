@@ -1,7 +1,8 @@
 """A recipe: a public corpus to a tested, exported translator and its results lines.
 
     prepare (download or mirror) -> SentencePiece -> train -> average the last checkpoints
-    -> evaluate on every available test split (BLEU, chrF, TER with signatures)
+    -> evaluate on every available test split (BLEU, chrF, TER with signatures; a raw-text
+       model also Moses-tokenized and lowercased, comparable with papers' numbers)
     -> export (CTranslate2) -> translate a few examples -> OUT/results.tsv
 
 The scripts under recipes/ call :func:`main` with their corpus' default config. Each stage
@@ -160,18 +161,25 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
         run("average", str(model_dir), "-n", str(n), "--out", str(averaged_dir))
 
     # ---- test: every available test split, BLEU / chrF / TER with signatures ----------------
+    # A raw-text model is scored twice: cased detokenized (sacreBLEU 13a, the number to report)
+    # and Moses-tokenized lowercased (--moses-lc), which compares with the papers' numbers on
+    # the lowercased tokenized references. A tok-variant model is scored the papers' way.
+    scorings = [("tok-lc", ["--tokenized-lc"], "")] if tokenized_lc else [
+        ("detok", [], ""), ("moses-lc", ["--moses-lc"], ".moses-lc"),
+    ]  # fmt: skip
     results = []
     for split in test_splits:
         src, ref = splits[split]
-        scores_json = out / "eval" / f"{Path(src).name}.json"  # evaluate names outputs by --src
-        if not scores_json.is_file():
-            run(
-                "evaluate", str(averaged_dir), "--src", str(src), "--ref", str(ref),
-                "--out-dir", str(out / "eval"),
-                *(["--tokenized-lc"] if tokenized_lc else []),
-            )  # fmt: skip
-        scores = json.loads(scores_json.read_text(encoding="utf-8"))["scores"]
-        results.append((split, scores))
+        for scoring, flags, suffix in scorings:
+            # evaluate names its outputs by --src (and .moses-lc)
+            scores_json = out / "eval" / f"{Path(src).name}{suffix}.json"
+            if not scores_json.is_file():
+                run(
+                    "evaluate", str(averaged_dir), "--src", str(src), "--ref", str(ref),
+                    "--out-dir", str(out / "eval"), *flags,
+                )  # fmt: skip
+            scores = json.loads(scores_json.read_text(encoding="utf-8"))["scores"]
+            results.append((split, scoring, scores))
 
     # ---- export for inference ---------------------------------------------------------------
     export_dir = out / "export" / "ctranslate2"
@@ -193,11 +201,11 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
 
     print("\nresults:")
     lines = []
-    for split, scores in results:
+    for split, scoring, scores in results:
         line = (
             f"{corpus}\t{args.pair}\t{split}\t{Path(args.config).stem}\t"
             f"BLEU {scores['bleu']:.2f}\tchrF {scores['chrf']:.2f}\t"
-            f"TER {scores['ter']:.2f}\t{scores['bleu_signature']}"
+            f"TER {scores['ter']:.2f}\t{scores['bleu_signature']}\t{scoring}"
         )
         lines.append(line)
         print("  " + line)

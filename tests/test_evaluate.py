@@ -14,6 +14,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 
 from seq2seq.errors import UserError
 from seq2seq.evaluate import evaluate
+from seq2seq.metrics import moses_lc
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -98,6 +99,33 @@ def test_tokenized_lc_equals_sacrebleu_none_lowercase(model_dir, test_files, tmp
     assert result["tokenized_lc"] is True and result["search"]["method"] == "greedy"
     default = evaluate(model_dir, src=src, ref=ref, method="greedy")
     assert default["scores"]["bleu"] != result["scores"]["bleu"]
+
+
+def test_moses_lc_scores_the_moses_tokenized_lowercased_text(model_dir, test_files, tmp_path):
+    src, ref = test_files
+    out_dir = tmp_path / "out"
+    r = run_cli(
+        "evaluate", str(model_dir), "--src", str(src), "--ref", str(ref), "--out-dir",
+        str(out_dir), "--moses-lc", "--greedy",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr.decode()
+    result = json.loads((out_dir / "test.src.moses-lc.json").read_text(encoding="utf-8"))
+    hyp_path = out_dir / "test.src.moses-lc.hyp"
+    assert result["hyp"] == str(hyp_path) and result["moses_lc"] == "de"  # the pair's target
+    hyps = hyp_path.read_text(encoding="utf-8").splitlines()
+    refs = ref.read_text(encoding="utf-8").splitlines()
+    expected_bleu = BLEU(tokenize="none", lowercase=True).corpus_score(
+        moses_lc(hyps, "de"), [moses_lc(refs, "de")]
+    )
+    assert result["scores"]["bleu"] == expected_bleu.score
+    assert "tok:none" in result["scores"]["bleu_signature"]
+    # The references' split-off " ." and upper case no longer cost anything: the score rises
+    # above the default's, which sees them.
+    default = evaluate(model_dir, src=src, ref=ref, out_dir=out_dir, method="greedy")
+    assert result["scores"]["bleu"] > default["scores"]["bleu"]
+    assert (out_dir / "test.src.json").is_file()  # beside, not over, the moses-lc scores
+    with pytest.raises(UserError, match="--moses-lc and --tokenized-lc exclude each other"):
+        evaluate(model_dir, src=src, ref=ref, moses_lc=True, tokenized_lc=True)
 
 
 def test_mismatched_line_counts_exit_2_naming_both_files(model_dir, test_files, tmp_path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+
 import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from seq2seq.metrics import format_scores, score_corpus
+from seq2seq.metrics import format_scores, moses_lc, score_corpus
 
 HYPS = [
     "A man in a blue shirt is standing on a ladder.",
@@ -84,3 +86,27 @@ def test_format_scores_shows_every_signature() -> None:
         assert scores[key] in text
     assert f"chrF2 = {scores['chrf']:.2f}" in text
     assert f"TER = {scores['ter']:.2f}" in text
+
+
+def test_moses_lc_by_hand() -> None:
+    # lowercased, punctuation split off, quotes escaped; German low-high quotes and doubled
+    # spaces normalized first
+    assert moses_lc(['Ein Mann sagt: "Hallo, Welt!"', "Ein  Mann  \u201egeht\u201c."], "de") == [
+        "ein mann sagt : &quot; hallo , welt ! &quot;",
+        "ein mann &quot; geht &quot; .",
+    ]
+    assert moses_lc(["Don't stop, it's a dog's life."], "en") == [
+        "don &apos;t stop , it &apos;s a dog &apos;s life ."
+    ]
+
+
+@pytest.mark.parametrize("lang", ["de", "en"])
+def test_moses_lc_remakes_the_multi30k_tokenized_test_set(mirror, lang) -> None:
+    """Raw references through moses_lc are the dataset authors' lc.norm.tok files, line for
+    line, so a raw-text model scored this way compares with the papers' numbers."""
+    task1 = mirror / "data" / "task1"
+    with gzip.open(task1 / "raw" / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+        raw = f.read().splitlines()
+    tok = (task1 / "tok" / f"test_2016_flickr.lc.norm.tok.{lang}").read_text("utf-8").splitlines()
+    assert len(raw) == len(tok) == 1000
+    assert moses_lc(raw, lang) == tok

@@ -60,14 +60,18 @@ def test_recipe_end_to_end_then_skips_finished_stages(tmp_path, mirror):
         "corpus/train.en", "corpus/test_2016_flickr.de",
         "model/manifest.json", "model/model.safetensors", "model/spm.model",
         "averaged/manifest.json", "eval/test_2016_flickr.en.json", "eval/test_2016_flickr.en.hyp",
-        "export/ctranslate2/model.bin", "results.tsv",
+        "eval/test_2016_flickr.en.moses-lc.json", "export/ctranslate2/model.bin", "results.tsv",
     ):  # fmt: skip
         assert (out / artifact).exists(), artifact
-    scores = json.loads((out / "eval/test_2016_flickr.en.json").read_text())["scores"]
-    [line] = (out / "results.tsv").read_text().splitlines()
-    fields = line.split("\t")
-    assert fields[:4] == ["multi30k", "en-de", "test_2016_flickr", "multi30k_quick"]
-    assert fields[4] == f"BLEU {scores['bleu']:.2f}"
+    lines = (out / "results.tsv").read_text().splitlines()
+    assert len(lines) == 2  # the raw-text model: cased detokenized, then Moses-tokenized lc
+    for line, suffix, scoring in zip(lines, ["", ".moses-lc"], ["detok", "moses-lc"]):
+        scores = json.loads((out / f"eval/test_2016_flickr.en{suffix}.json").read_text())["scores"]
+        fields = line.split("\t")
+        assert fields[:4] == ["multi30k", "en-de", "test_2016_flickr", "multi30k_quick"]
+        assert fields[4] == f"BLEU {scores['bleu']:.2f}"
+        assert fields[7:] == [scores["bleu_signature"], scoring]
+    assert "case:mixed" in lines[0] and "case:lc|eff:no|tok:none" in lines[1]
     assert "BLEU" in first.stdout and "example translations" in first.stdout
     hyps = (out / "eval/test_2016_flickr.en.hyp").read_text().split("\n")
     assert len(hyps) == 1000 + 1  # one line per test sentence, newline-terminated
@@ -79,7 +83,7 @@ def test_recipe_end_to_end_then_skips_finished_stages(tmp_path, mirror):
         assert f"{stage} " in second.stdout and "skipping" in second.stdout
     assert "$ seq2seq train" not in second.stdout and "$ seq2seq evaluate" not in second.stdout
     assert (out / "model/model.safetensors").stat().st_mtime_ns == mtime
-    assert (out / "results.tsv").read_text().splitlines() == [line]
+    assert (out / "results.tsv").read_text().splitlines() == lines
 
 
 def run_script(script: str, *args: str, mirror: Path | None = None):
