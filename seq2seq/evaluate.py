@@ -210,6 +210,12 @@ def evaluate(
                 raise UserError(f"file not found: {path}")
         read_test_pair(Path(src), Path(ref))  # fail on bad input before loading the model
     translator = Translator.load(model_dir, device=device, engine=engine, **overrides)
+    if moses_lc and "tok" in (variant, translator.cfg.data.variant):
+        raise UserError(
+            "--moses-lc tokenizes raw text, but this "
+            + ("model was trained on" if translator.cfg.data.variant == "tok" else "test set is")
+            + " the tok variant (already tokenized): use --tokenized-lc"
+        )
     if src is not None:
         src_path, ref_path, name = Path(src), Path(ref), Path(src).name
     else:

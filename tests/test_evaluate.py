@@ -126,6 +126,13 @@ def test_moses_lc_scores_the_moses_tokenized_lowercased_text(model_dir, test_fil
     assert (out_dir / "test.src.json").is_file()  # beside, not over, the moses-lc scores
     with pytest.raises(UserError, match="--moses-lc and --tokenized-lc exclude each other"):
         evaluate(model_dir, src=src, ref=ref, moses_lc=True, tokenized_lc=True)
+    # Tokenized text through the Moses tokenizer again would be escaped twice (&amp;quot;).
+    with pytest.raises(UserError, match="test set is the tok variant .* use --tokenized-lc"):
+        evaluate(model_dir, variant="tok", moses_lc=True, out_dir=tmp_path / "tok")
+    assert not (tmp_path / "tok").exists()
+    tok_model = make_model_dir(tmp_path / "tok_model", cfg_overrides=["data.variant=tok"])
+    with pytest.raises(UserError, match="model was trained on the tok variant"):
+        evaluate(tok_model, src=src, ref=ref, moses_lc=True)
 
 
 def test_mismatched_line_counts_exit_2_naming_both_files(model_dir, test_files, tmp_path) -> None:
