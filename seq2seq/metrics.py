@@ -53,7 +53,9 @@ def score_corpus(
     if tokenize not in TOKENIZERS:
         raise ValueError(f"unknown tokenizer {tokenize!r}; expected one of {', '.join(TOKENIZERS)}")
     ref_streams = [list(refs)]
-    bleu = BLEU(tokenize=tokenize, lowercase=lowercase)
+    # force: with tokenize="none" the caller says the text is tokenized, so sacreBLEU's
+    # "you forgot to detokenize" warning would only be noise.
+    bleu = BLEU(tokenize=tokenize, lowercase=lowercase, force=tokenize == "none")
     chrf = CHRF(lowercase=lowercase)
     ter = TER()
     bleu_score = bleu.corpus_score(list(hyps), ref_streams)

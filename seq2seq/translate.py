@@ -456,7 +456,9 @@ class Translator:
         src = self.encode(sentences, on_truncated=on_truncated)
         results: list[list[Translation]] = [[Translation("", 0.0, [])] * opts.nbest for _ in src]
         todo = [i for i, ids in enumerate(src) if ids]
-        for batch in batch_by_tokens([len(src[i]) for i in todo], opts.max_tokens):
+        # An engine that splits batches itself (CTranslate2's workers) takes larger calls.
+        per_call = opts.max_tokens * getattr(self.engine, "batches_per_call", 1)
+        for batch in batch_by_tokens([len(src[i]) for i in todo], per_call):
             idx = [todo[j] for j in batch]
             hyps = self.engine.translate_ids([src[i] for i in idx], opts)
             for i, sent_hyps in zip(idx, hyps):

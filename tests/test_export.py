@@ -80,6 +80,23 @@ def test_greedy_output_is_token_identical_on_every_engine(exported, variant):
                 assert ref[0].score - 1e-4 <= got[0].score <= ref[0].score + 0.05
 
 
+def test_ctranslate2_parallel_workers_keep_outputs_and_order(exported):
+    # On CPU the engine runs one single-threaded worker per thread, each on sub-batches of
+    # CT2_SUB_BATCH sentences; 150 sentences give three sub-batches spread over two workers.
+    dirs = exported["prenorm-shared-sinusoidal"]
+    sentences = [s for s, _ in synthetic_pairs(150, seed=11)]
+    translator = Translator.load(dirs["torch"], engine="torch")
+    src = translator.encode(sentences)
+    greedy = SearchOptions(method="greedy")
+    reference = [h[0].tokens for h in translator.engine.translate_ids(src, greedy)]
+    two = CTranslate2Engine(dirs["ctranslate2"], threads=2)
+    assert two.sub_batch < len(src) and two.batches_per_call > 1
+    assert [h[0].tokens for h in two.translate_ids(src, greedy)] == reference
+    one = CTranslate2Engine(dirs["ctranslate2"], threads=1)
+    assert one.sub_batch == 0 and one.batches_per_call == 1
+    assert [h[0].tokens for h in one.translate_ids(src, greedy)] == reference
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_beam_nbest_and_scores_agree(exported, variant):
     dirs = exported[variant]
