@@ -43,7 +43,7 @@ CPU the CTranslate2 engine runs that many single-threaded workers (``inter_threa
 translating sub-batches of :data:`CT2_SUB_BATCH` sentences of the length-sorted batch: on 2
 cores, beam 5, this gives 1.12x the sentences per second of one 2-thread worker in float32
 and 1.97x in int8 (measured on the demo model; README, Benchmarks). One sentence alone then
-runs on one thread; on a GPU it is one worker, as CTranslate2 recommends.
+runs on one thread; on a GPU it is one worker with that many threads.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ __all__ = [
 
 CT2_SUB_BATCH = 64
 """Sentences per CTranslate2 worker call on CPU (64 was the fastest of 16-250 on 2 cores)."""
-CT2_BATCHES_PER_CALL = 8
+CT2_BATCHES_PER_CALL = 32
 """How many ``max_tokens`` batches the Translator gives one CTranslate2 call on CPU."""
 
 

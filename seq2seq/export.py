@@ -372,11 +372,15 @@ Without seq2seq (pip install ctranslate2 sentencepiece):
 import ctranslate2
 import sentencepiece as spm
 
-translator = ctranslate2.Translator("{name}", device="cpu", intra_threads=2)
+# For many sentences on 2 CPU cores: two single-threaded workers (what seq2seq does);
+# for one sentence at a time: inter_threads=1, intra_threads=2.
+translator = ctranslate2.Translator("{name}", device="cpu", inter_threads=2, intra_threads=1)
 src_sp = spm.SentencePieceProcessor(model_file="{name}/{src_spm}")
 tgt_sp = spm.SentencePieceProcessor(model_file="{name}/{tgt_spm}")
 tokens = src_sp.encode(["A man is riding a bike."], out_type=str)
-results = translator.translate_batch(tokens, beam_size=5, max_decoding_length=256)
+results = translator.translate_batch(
+    tokens, beam_size=5, max_decoding_length=256, max_batch_size=64
+)
 print(tgt_sp.decode(results[0].hypotheses[0]))
 ```
 

@@ -461,8 +461,12 @@ class Translator:
         for batch in batch_by_tokens([len(src[i]) for i in todo], per_call):
             idx = [todo[j] for j in batch]
             hyps = self.engine.translate_ids([src[i] for i in idx], opts)
+            # One SentencePiece call for the whole batch (each call starts its threads).
+            flat = self._detokenize([h for sent_hyps in hyps for h in sent_hyps])
+            start = 0
             for i, sent_hyps in zip(idx, hyps):
-                results[i] = self._detokenize(sent_hyps)
+                results[i] = flat[start : start + len(sent_hyps)]
+                start += len(sent_hyps)
         return results
 
     def translate(

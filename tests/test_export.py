@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -198,6 +200,19 @@ def test_export_folders_are_self_contained(exported):
             assert not any(f.startswith(".") for f in files)
         assert "ctranslate2.Translator" in (dirs["ctranslate2"] / "README.md").read_text()
         assert "onnxruntime" in (dirs["onnx"] / "README.md").read_text()
+
+
+def test_ctranslate2_readme_snippet_runs_as_written(exported):
+    # The export's README shows how to translate without seq2seq; run that code as it stands,
+    # from the folder that holds the export (its paths are relative to there).
+    folder = exported["prenorm-shared-sinusoidal"]["ctranslate2"]
+    readme = (folder / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=folder.parent, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip()
 
 
 def test_altered_export_is_refused(exported, tmp_path):
