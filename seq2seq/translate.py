@@ -109,7 +109,13 @@ class SearchOptions(DecodingConfig):
 
 
 class Engine(Protocol):
-    """Source ids in, hypotheses out: what :class:`Translator` needs from a runtime."""
+    """Source ids in, hypotheses out: what :class:`Translator` needs from a runtime.
+
+    An engine may also have an int attribute ``batches_per_call`` (read with a default of 1):
+    :meth:`Translator.translate_nbest` then hands it batches of up to that many times
+    ``max_tokens`` source tokens, for an engine that splits batches over workers itself
+    (:class:`seq2seq.engines.CTranslate2Engine` on CPU).
+    """
 
     def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
         """Search each source.
@@ -456,7 +462,7 @@ class Translator:
         src = self.encode(sentences, on_truncated=on_truncated)
         results: list[list[Translation]] = [[Translation("", 0.0, [])] * opts.nbest for _ in src]
         todo = [i for i, ids in enumerate(src) if ids]
-        # An engine that splits batches itself (CTranslate2's workers) takes larger calls.
+        # An engine that splits batches itself takes larger calls (Engine.batches_per_call).
         per_call = opts.max_tokens * getattr(self.engine, "batches_per_call", 1)
         for batch in batch_by_tokens([len(src[i]) for i in todo], per_call):
             idx = [todo[j] for j in batch]
