@@ -59,7 +59,14 @@ import torch
 from torch import Tensor
 
 from seq2seq.errors import UserError
-from seq2seq.export import DECODER_FILE, ENCODER_FILE, ExportError, read_export_info, require
+from seq2seq.export import (
+    CT2_SUB_BATCH,
+    DECODER_FILE,
+    ENCODER_FILE,
+    ExportError,
+    read_export_info,
+    require,
+)
 from seq2seq.search import Hypothesis
 from seq2seq.translate import (
     LoadedEngine,
@@ -78,8 +85,6 @@ __all__ = [
 ]
 
 
-CT2_SUB_BATCH = 64
-"""Sentences per CTranslate2 worker call on CPU (64 was the fastest of 16-250 on 2 cores)."""
 CT2_BATCHES_PER_CALL = 32
 """How many ``max_tokens`` batches the Translator gives one CTranslate2 call on CPU."""
 
