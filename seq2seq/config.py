@@ -33,6 +33,7 @@ __all__ = [
     "config_to_dict",
     "dump_config",
     "load_config",
+    "model_data_changes",
 ]
 
 
@@ -390,6 +391,27 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
             else:
                 node = node[part]
     return config_from_dict(data, "the command line")
+
+
+def _diff(a: dict, b: dict, prefix: str) -> list[str]:
+    out = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += _diff(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.append(f"{prefix}{key} ({va!r} -> {vb!r})")
+    return out
+
+
+def model_data_changes(old: ExperimentConfig | dict, new: ExperimentConfig | dict) -> list[str]:
+    """The keys of the model and data sections that differ, as ``key (old -> new)``."""
+    old = old if isinstance(old, dict) else config_to_dict(old)
+    new = new if isinstance(new, dict) else config_to_dict(new)
+    changes = []
+    for section in ("model", "data"):
+        changes += _diff(old.get(section, {}), new.get(section, {}), f"{section}.")
+    return changes
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:

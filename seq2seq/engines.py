@@ -1,6 +1,6 @@
 """Engines over exported models: CTranslate2 and ONNX Runtime (see seq2seq/export.py).
 
-Both implement the :class:`seq2seq.translate.Engine` protocol (``translate_ids(src, opts)``),
+Both implement the :class:`seq2seq.decoding.Engine` protocol (``translate_ids(src, opts)``),
 so ``seq2seq translate --engine ctranslate2|onnx EXPORT_DIR`` has the same options and output
 as the torch engine. MODEL_DIR is then the exported folder (it holds the SentencePiece model(s)
 and config.yaml with the decoding defaults).
@@ -10,7 +10,7 @@ step function feeds the last token and the KV cache to an onnxruntime session an
 function is a numpy ``take`` on the cached arrays. Scores, n-best, length penalty, min/max
 length, n-gram blocking and the unk penalty therefore behave exactly as with the torch engine.
 
-:class:`CTranslate2Engine` maps :class:`~seq2seq.translate.SearchOptions` to CTranslate2's
+:class:`CTranslate2Engine` maps :class:`~seq2seq.decoding.SearchOptions` to CTranslate2's
 ``translate_batch``. Same: beam size, n-best, max length (``max_len_a * src_len +
 max_len_b``, per sentence), ``min_len``, sampling (temperature, top-k, top-p, seed, though
 the random streams differ from torch's). Differences, measured against the torch engine:
@@ -48,9 +48,11 @@ runs on one thread; on a GPU it is one worker with that many threads.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +60,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seq2seq.decoding import (
+    LoadedEngine,
+    SearchOptions,
+    max_target_lens,
+    reorder_state,
+    run_search,
+    with_sampled_nbest,
+)
 from seq2seq.errors import UserError
 from seq2seq.export import (
     CT2_SUB_BATCH,
@@ -68,20 +78,16 @@ from seq2seq.export import (
     require,
 )
 from seq2seq.search import Hypothesis
-from seq2seq.translate import (
-    LoadedEngine,
-    SearchOptions,
-    max_target_lens,
-    run_search,
-    with_sampled_nbest,
-)
 
 __all__ = [
+    "ENGINES",
     "CTranslate2Engine",
     "OnnxEngine",
     "OnnxState",
+    "TorchEngine",
     "load_ctranslate2",
     "load_onnx",
+    "load_torch",
 ]
 
 
@@ -94,7 +100,61 @@ def _threads(threads: int | None) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
-# seq2seq.search over any step function (the ONNX engine's; also usable for others)
+# PyTorch
+
+
+class TorchEngine:
+    """seq2seq.search over a :class:`~seq2seq.model.Seq2SeqTransformer` in PyTorch.
+
+    ``use_cache=False`` decodes with ``decode_step_uncached`` (recomputes the prefix every
+    step): the benchmark baseline and the reference the KV cache is tested against.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        device: str | torch.device = "cpu",
+        use_cache: bool = True,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        unk_id: int,
+    ) -> None:
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.use_cache = use_cache
+        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
+
+    def _pad(self, src: list[list[int]]) -> Tensor:
+        width = max(len(s) for s in src)
+        ids = torch.full((len(src), width), self.pad_id, dtype=torch.long)  # (B, S)
+        for i, s in enumerate(src):
+            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        return ids.to(self.device)
+
+    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+        """See :class:`Engine`."""
+        if not src:
+            return []
+        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
+
+    @torch.inference_mode()
+    def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+        model = self.model
+        return run_search(
+            model.decode_step if self.use_cache else model.decode_step_uncached,
+            reorder_state,
+            model.start_state(self._pad(src)),
+            src,
+            opts,
+            max_positions=model.max_positions,
+            pad_id=self.pad_id,
+            bos_id=self.bos_id,
+            eos_id=self.eos_id,
+            unk_id=self.unk_id,
+            device=self.device,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,7 +261,7 @@ class OnnxEngine:
         return torch.from_numpy(log_probs), new_state
 
     def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`seq2seq.translate.Engine`."""
+        """See :class:`seq2seq.decoding.Engine`."""
         if not src:
             return []
         return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
@@ -209,7 +269,7 @@ class OnnxEngine:
     def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
         return run_search(
             self.step,
-            _reorder,
+            reorder_state,
             self.start_state(src),
             src,
             opts,
@@ -219,10 +279,6 @@ class OnnxEngine:
             eos_id=self.eos_id,
             unk_id=self.unk_id,
         )
-
-
-def _reorder(state, index: Tensor):
-    return state.reorder(index)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -328,7 +384,7 @@ class CTranslate2Engine:
         return kwargs
 
     def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`seq2seq.translate.Engine`."""
+        """See :class:`seq2seq.decoding.Engine`."""
         if not src:
             return []
         if opts.method == "sample":
@@ -426,7 +482,32 @@ class CTranslate2Engine:
 
 
 # ---------------------------------------------------------------------------------------------
-# Loaders for seq2seq.translate.ENGINES
+# Loaders: a model directory or export folder -> LoadedEngine
+
+
+def load_torch(
+    model_dir: str | Path, *, device: str = "cpu", use_cache: bool = True
+) -> LoadedEngine:
+    """``model_dir`` is a model directory written by ``seq2seq train`` or ``seq2seq average``."""
+    from seq2seq.modeldir import load_model_dir
+    from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+    loaded = load_model_dir(model_dir, device=device)
+    engine = TorchEngine(
+        loaded.model,
+        device=device,
+        use_cache=use_cache,
+        pad_id=PAD_ID,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        unk_id=UNK_ID,
+    )
+    return LoadedEngine(
+        engine=engine,
+        tokenizer=loaded.tokenizer,
+        cfg=loaded.cfg,
+        max_src_positions=loaded.model.max_positions,
+    )
 
 
 def _loaded(engine, export_dir: Path, info: dict) -> LoadedEngine:
@@ -462,3 +543,12 @@ def load_onnx(model_dir: str | Path, *, device: str = "cpu") -> LoadedEngine:
         raise UserError(f"the onnx engine runs on cpu or cuda, not {device!r}")
     engine = OnnxEngine(model_dir, providers=providers)
     return _loaded(engine, Path(model_dir), engine.info)
+
+
+ENGINES: dict[str, Callable[..., LoadedEngine]] = {
+    "torch": load_torch,
+    "torch-nocache": functools.partial(load_torch, use_cache=False),
+    "ctranslate2": load_ctranslate2,
+    "onnx": load_onnx,
+}
+"""Engine name -> ``loader(model_dir, *, device) -> LoadedEngine``. Add runtimes here."""

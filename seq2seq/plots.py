@@ -294,8 +294,9 @@ def _greedy_translate(loaded, src: list[int], device: torch.device) -> list[int]
     length limits, ``min_len``, n-gram blocking and unk penalty). EOS is the last token when
     the translation finished.
     """
+    from seq2seq.decoding import SearchOptions
+    from seq2seq.engines import TorchEngine
     from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-    from seq2seq.translate import SearchOptions, TorchEngine
 
     engine = TorchEngine(
         loaded.model, device=device, pad_id=PAD_ID, bos_id=BOS_ID, eos_id=EOS_ID, unk_id=UNK_ID

@@ -32,7 +32,13 @@ import torch.distributed as dist
 from torch import Tensor
 
 from seq2seq.average import CHECKPOINT_KEY
-from seq2seq.config import ConfigError, ExperimentConfig, TrainingConfig, config_to_dict
+from seq2seq.config import (
+    ConfigError,
+    ExperimentConfig,
+    TrainingConfig,
+    config_to_dict,
+    model_data_changes,
+)
 from seq2seq.errors import UserError
 from seq2seq.loss import LossOutput, label_smoothed_nll, projected_label_smoothed_nll
 from seq2seq.model import Seq2SeqTransformer, build_model
@@ -386,7 +392,8 @@ class TranslationModule(pl.LightningModule):
     @torch.no_grad()
     def translate_batch(self, src_ids: Tensor) -> list[str]:
         """Detokenized translations of a (B, S) padded source batch (``training.val_method``)."""
-        from seq2seq.translate import SearchOptions, TorchEngine
+        from seq2seq.decoding import SearchOptions
+        from seq2seq.engines import TorchEngine
 
         opts = SearchOptions.from_config(
             self.cfg.decoding, method=self.cfg.training.val_method, nbest=1
@@ -471,8 +478,6 @@ class TranslationModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Check the checkpoint fits this config; make the sampler skip the consumed batches."""
-        from seq2seq.train import model_data_changes
-
         state = checkpoint.get(CHECKPOINT_KEY)
         if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
             raise UserError("the checkpoint was not written by `seq2seq train` (no seq2seq state)")

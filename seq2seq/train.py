@@ -85,9 +85,9 @@ from seq2seq.average import (
 from seq2seq.config import (
     ExperimentConfig,
     apply_overrides,
-    config_to_dict,
     dump_config,
     load_config,
+    model_data_changes,
 )
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_open
@@ -98,7 +98,6 @@ __all__ = [
     "StepProgressBar",
     "TextProgress",
     "export_weights",
-    "model_data_changes",
     "resolve_config",
     "train",
 ]
@@ -342,27 +341,6 @@ class TextProgress(pl.Callback):
 
 # ---------------------------------------------------------------------------------------------
 # Config for a new run or a resumed one
-
-
-def _diff(a: dict, b: dict, prefix: str) -> list[str]:
-    out = []
-    for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
-        if isinstance(va, dict) and isinstance(vb, dict):
-            out += _diff(va, vb, f"{prefix}{key}.")
-        elif va != vb:
-            out.append(f"{prefix}{key} ({va!r} -> {vb!r})")
-    return out
-
-
-def model_data_changes(old: ExperimentConfig | dict, new: ExperimentConfig | dict) -> list[str]:
-    """The keys of the model and data sections that differ, as ``key (old -> new)``."""
-    old = old if isinstance(old, dict) else config_to_dict(old)
-    new = new if isinstance(new, dict) else config_to_dict(new)
-    changes = []
-    for section in ("model", "data"):
-        changes += _diff(old.get(section, {}), new.get(section, {}), f"{section}.")
-    return changes
 
 
 def resolve_config(

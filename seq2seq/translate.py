@@ -2,18 +2,15 @@
 
 Three layers, each replaceable:
 
-- :class:`SearchOptions`: how to search (beam, greedy or sampling, and their knobs); built
-  from the config's ``decoding`` section plus overrides.
-- an *engine* (:class:`Engine` protocol): source ids in, hypotheses out. :class:`TorchEngine`
-  runs seq2seq.search over the model's KV-cached ``decode_step``. Other runtimes
-  (CTranslate2, ONNX) plug in by adding a loader to :data:`ENGINES`.
+- :class:`~seq2seq.decoding.SearchOptions`: how to search (beam, greedy or sampling, and their
+  knobs); built from the config's ``decoding`` section plus overrides (re-exported here).
+- an *engine* (:class:`seq2seq.decoding.Engine` protocol): source ids in, hypotheses out.
+  :class:`seq2seq.engines.TorchEngine` runs seq2seq.search over the model's KV-cached
+  ``decode_step``; other runtimes (CTranslate2, ONNX) plug in by adding a loader to
+  :data:`seq2seq.engines.ENGINES`.
 - :class:`Translator`: text in, text out. SentencePiece encoding, truncation of over-long
   lines, length-sorted batches of at most ``max_tokens`` source tokens, input order restored,
   detokenization.
-
-Length limit (fairseq's): a hypothesis has at most ``max_len_a * src_len + max_len_b`` tokens
-before its EOS, where ``src_len`` counts the source ids including their EOS, and at most
-``max_positions - 1`` (the decoder cannot see further).
 
 The command-line side lives here too: :class:`LineReader` (strict UTF-8 lines from a byte
 stream, translating as soon as a line arrives) and :func:`translate_stream`, the body of
@@ -22,302 +19,29 @@ stream, translating as soon as a line arrives) and :func:`translate_stream`, the
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import os
 import select
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, NamedTuple, Protocol
+from typing import BinaryIO, NamedTuple
 
-import torch
-from torch import Tensor
-
-from seq2seq.config import DecodingConfig, ExperimentConfig
+from seq2seq.config import ExperimentConfig
+from seq2seq.decoding import Engine, SearchOptions
+from seq2seq.engines import ENGINES
 from seq2seq.errors import UserError
-from seq2seq.search import Hypothesis, beam_search, greedy_search, sample
+from seq2seq.search import Hypothesis
 
 __all__ = [
-    "ENGINES",
-    "Engine",
     "LineReader",
-    "LoadedEngine",
     "SearchOptions",
-    "TorchEngine",
     "Translation",
     "Translator",
     "batch_by_tokens",
-    "max_target_lens",
     "open_lines",
     "read_lines",
-    "run_search",
     "translate_stream",
-    "with_sampled_nbest",
 ]
-
-METHODS = ("beam", "greedy", "sample")
-
-
-@dataclass(frozen=True)
-class SearchOptions(DecodingConfig):
-    """How to search: the fields (and defaults) of :class:`seq2seq.config.DecodingConfig`,
-    validated together.
-
-    ``method``: ``beam`` (fairseq scoring), ``greedy`` or ``sample`` (temperature, top-k,
-    top-p, seeded). ``nbest`` > 1 needs ``beam`` (the n best beams, ``nbest <= beam_size``) or
-    ``sample`` (``nbest`` independent samples, best score first). ``max_tokens`` bounds the
-    source tokens of one batch, padding included.
-    """
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise UserError(
-                f"unknown decoding method {self.method!r}; expected one of {', '.join(METHODS)}"
-            )
-        if self.nbest < 1:
-            raise UserError(f"nbest must be >= 1, got {self.nbest}")
-        if self.method == "greedy" and self.nbest > 1:
-            raise UserError(f"nbest {self.nbest} needs beam search or sampling, not greedy")
-        if self.method == "beam" and not 1 <= self.nbest <= self.beam_size:
-            raise UserError(
-                f"nbest ({self.nbest}) must be between 1 and the beam size ({self.beam_size})"
-            )
-        if self.max_tokens < 1:
-            raise UserError(f"max_tokens must be >= 1, got {self.max_tokens}")
-
-    @classmethod
-    def from_config(cls, cfg: DecodingConfig, **overrides: object) -> SearchOptions:
-        """Options from the config's ``decoding`` section; overrides that are None are ignored.
-
-        Raises:
-            TypeError: an override that is not a field of SearchOptions.
-            UserError: an invalid combination (unknown method, nbest > beam size, ...).
-        """
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(overrides) - names)
-        if unknown:
-            raise TypeError(f"unknown search options {unknown}; valid: {sorted(names)}")
-        values = {name: getattr(cfg, name) for name in names if hasattr(cfg, name)}
-        values.update({k: v for k, v in overrides.items() if v is not None})
-        return cls(**values)
-
-    def replace(self, **overrides: object) -> SearchOptions:
-        """A copy with the non-None ``overrides`` applied (validated like the constructor)."""
-        return SearchOptions.from_config(self, **overrides)  # type: ignore[arg-type]
-
-
-class Engine(Protocol):
-    """Source ids in, hypotheses out: what :class:`Translator` needs from a runtime.
-
-    An engine may also have an int attribute ``batches_per_call`` (read with a default of 1):
-    :meth:`Translator.translate_nbest` then hands it batches of up to that many times
-    ``max_tokens`` source tokens, for an engine that splits batches over workers itself
-    (:class:`seq2seq.engines.CTranslate2Engine` on CPU).
-    """
-
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """Search each source.
-
-        Args:
-            src: source ids per sentence, each ending with EOS, none empty, none longer than
-                the model's max positions.
-            opts: search options; ``nbest`` hypotheses per sentence are wanted.
-
-        Returns:
-            Per sentence, up to ``opts.nbest`` hypotheses, best first; tokens end with EOS.
-        """
-        ...
-
-
-def max_target_lens(src_lens: list[int], opts: SearchOptions, max_positions: int) -> list[int]:
-    """Per-sentence hypothesis length limits for seq2seq.search (EOS counted there).
-
-    fairseq's ``min(max_len_a * src_len + max_len_b, max_positions - 1)`` tokens before EOS,
-    plus one for the EOS (seq2seq.search counts it). Never below 1.
-    """
-    out = []
-    for n in src_lens:
-        before_eos = min(int(opts.max_len_a * n + opts.max_len_b), max_positions - 1)
-        out.append(max(before_eos, 0) + 1)
-    return out
-
-
-def run_search(
-    step,
-    reorder,
-    state,
-    src: list[list[int]],
-    opts: SearchOptions,
-    *,
-    max_positions: int,
-    pad_id: int,
-    bos_id: int,
-    eos_id: int,
-    unk_id: int,
-    device: torch.device | None = None,
-) -> list[list[Hypothesis]]:
-    """Run the search ``opts`` names over ``step``/``reorder`` from ``state`` (B rows).
-
-    ``src`` only gives the source lengths (for the max length). Sampling with ``nbest`` > 1
-    must be handled by the caller (replicate the rows), as the torch engine does.
-    """
-    max_lens = torch.tensor(
-        max_target_lens([len(s) for s in src], opts, max_positions), device=device
-    )  # (B,)
-    common = dict(
-        batch_size=len(src),
-        bos_id=bos_id,
-        eos_id=eos_id,
-        pad_id=pad_id,
-        max_lens=max_lens,
-        min_len=opts.min_len,
-        len_penalty=opts.len_penalty,
-        no_repeat_ngram=opts.no_repeat_ngram,
-        unk_id=unk_id,
-        unk_penalty=opts.unk_penalty,
-        device=device,
-    )
-    if opts.method == "beam":
-        return beam_search(
-            step, reorder, state, beam_size=opts.beam_size, nbest=opts.nbest, **common
-        )
-    if opts.method == "greedy":
-        return [[h] for h in greedy_search(step, reorder, state, **common)]
-    hyps = sample(
-        step,
-        reorder,
-        state,
-        temperature=opts.temperature,
-        top_k=opts.top_k,
-        top_p=opts.top_p,
-        seed=opts.seed,
-        **common,
-    )
-    return [[h] for h in hyps]
-
-
-def with_sampled_nbest(search, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-    """``nbest`` independent samples per sentence (rows replicated), best score first."""
-    if not (opts.method == "sample" and opts.nbest > 1):
-        return search(src)
-    rows = [s for s in src for _ in range(opts.nbest)]
-    flat = search(rows)
-    groups = [flat[i : i + opts.nbest] for i in range(0, len(flat), opts.nbest)]
-    return [sorted((h for g in grp for h in g), key=lambda h: -h.score) for grp in groups]
-
-
-class TorchEngine:
-    """seq2seq.search over a :class:`~seq2seq.model.Seq2SeqTransformer` in PyTorch.
-
-    ``use_cache=False`` decodes with ``decode_step_uncached`` (recomputes the prefix every
-    step): the benchmark baseline and the reference the KV cache is tested against.
-    """
-
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        *,
-        device: str | torch.device = "cpu",
-        use_cache: bool = True,
-        pad_id: int,
-        bos_id: int,
-        eos_id: int,
-        unk_id: int,
-    ) -> None:
-        self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
-        self.use_cache = use_cache
-        self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
-
-    def _pad(self, src: list[list[int]]) -> Tensor:
-        width = max(len(s) for s in src)
-        ids = torch.full((len(src), width), self.pad_id, dtype=torch.long)  # (B, S)
-        for i, s in enumerate(src):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        return ids.to(self.device)
-
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`Engine`."""
-        if not src:
-            return []
-        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
-
-    @torch.inference_mode()
-    def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        model = self.model
-        return run_search(
-            model.decode_step if self.use_cache else model.decode_step_uncached,
-            _reorder,
-            model.start_state(self._pad(src)),
-            src,
-            opts,
-            max_positions=model.max_positions,
-            pad_id=self.pad_id,
-            bos_id=self.bos_id,
-            eos_id=self.eos_id,
-            unk_id=self.unk_id,
-            device=self.device,
-        )
-
-
-def _reorder(state, index: Tensor):
-    return state.reorder(index)
-
-
-# ---------------------------------------------------------------------------------------------
-# Engines by name: a loader turns a model directory into an engine and what goes with it
-
-
-@dataclass
-class LoadedEngine:
-    """What :meth:`Translator.load` needs from an engine loader."""
-
-    engine: Engine
-    tokenizer: object  # seq2seq.tokenizer.Tokenizer
-    cfg: ExperimentConfig
-    max_src_positions: int
-
-
-def _load_torch(model_dir: Path, *, device: str, use_cache: bool = True) -> LoadedEngine:
-    from seq2seq.modeldir import load_model_dir
-    from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-
-    loaded = load_model_dir(model_dir, device=device)
-    engine = TorchEngine(
-        loaded.model,
-        device=device,
-        use_cache=use_cache,
-        pad_id=PAD_ID,
-        bos_id=BOS_ID,
-        eos_id=EOS_ID,
-        unk_id=UNK_ID,
-    )
-    return LoadedEngine(
-        engine=engine,
-        tokenizer=loaded.tokenizer,
-        cfg=loaded.cfg,
-        max_src_positions=loaded.model.max_positions,
-    )
-
-
-def _load_exported(model_dir: Path, *, device: str, engine: str) -> LoadedEngine:
-    """CTranslate2 / ONNX: ``model_dir`` is the folder ``seq2seq export`` wrote."""
-    from seq2seq import engines
-
-    loader = engines.load_ctranslate2 if engine == "ctranslate2" else engines.load_onnx
-    return loader(model_dir, device=device)
-
-
-ENGINES: dict[str, Callable[..., LoadedEngine]] = {
-    "torch": _load_torch,
-    "torch-nocache": functools.partial(_load_torch, use_cache=False),
-    "ctranslate2": functools.partial(_load_exported, engine="ctranslate2"),
-    "onnx": functools.partial(_load_exported, engine="onnx"),
-}
-"""Engine name -> ``loader(model_dir, *, device) -> LoadedEngine``. Add runtimes here."""
-
 
 # ---------------------------------------------------------------------------------------------
 # Text in, text out

@@ -14,15 +14,14 @@ import pytest
 from factories import make_model_dir, synthetic_pairs
 
 from seq2seq.config import DecodingConfig
+from seq2seq.decoding import SearchOptions, max_target_lens
+from seq2seq.engines import ENGINES
 from seq2seq.errors import UserError
 from seq2seq.tokenizer import EOS_ID
 from seq2seq.translate import (
-    ENGINES,
     LineReader,
-    SearchOptions,
     Translator,
     batch_by_tokens,
-    max_target_lens,
     translate_stream,
 )
 
