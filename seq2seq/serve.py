@@ -885,14 +885,20 @@ def serve(
     """
     import uvicorn
 
-    from seq2seq.translate import Translator
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
-    translator = Translator.load(model_dir, device=device, engine=engine, **search)
-    info = model_info(translator, model_dir, engine)
-    app = create_app(translator, info=info, config=config or ServeConfig())
-    translator.translate([info.source])  # warm-up: the first call pays for lazy set-up
+    # Listen first: a taken port fails before the model loads, and clients that connect
+    # while it loads wait in the backlog instead of being refused.
     sock = _listen(host, port)
+    try:
+        from seq2seq.translate import Translator
+
+        translator = Translator.load(model_dir, device=device, engine=engine, **search)
+        info = model_info(translator, model_dir, engine)
+        app = create_app(translator, info=info, config=config or ServeConfig())
+        translator.translate([info.source])  # warm-up: the first call pays for lazy set-up
+    except BaseException:
+        sock.close()
+        raise
     uv_config = uvicorn.Config(
         app,
         access_log=access_log,

@@ -9,6 +9,7 @@ browser).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
 
@@ -459,3 +460,63 @@ def test_split_text_is_what_the_server_translates():
     # The server translates exactly split_text's sentences (a guard for the paragraph tests).
     seg = split_text(f"{SENTENCES[0]} {SENTENCES[1]}", language="en")
     assert seg.sentences == SENTENCES[:2]
+
+
+def test_a_long_request_is_split_across_batches(model_dir, reference):
+    config = ServeConfig(max_batch_tokens=40, max_wait_ms=20)
+    long = SENTENCES * 3  # 18 sentences of ~8-13 tokens: about 4 per batch
+
+    async def body(client, _):
+        out = await asyncio.gather(libre(client, long), libre(client, SENTENCES[0]))
+        return [r.json() for r in out], (await client.get("/health")).json()
+
+    (many, one), health = serve_and(model_dir, body, config=config)
+    assert many["translatedText"] == reference.translate(long)
+    assert one["translatedText"] == reference.translate(SENTENCES[:1])[0]
+    assert health["batches"] >= 5 and health["sentences"] == 19
+
+
+def test_requests_with_different_options_at_once(model_dir, reference):
+    async def body(client, _):
+        return await asyncio.gather(
+            *(
+                client.post("/v1/translate", json={"text": s, "beam_size": 1 + i % 3})
+                for i, s in enumerate(SENTENCES * 2)
+            ),
+            libre(client, SENTENCES),
+        )
+
+    *native, lt = serve_and(model_dir, body, config=ServeConfig(max_wait_ms=30))
+    for i, (s, r) in enumerate(zip(SENTENCES * 2, native)):
+        assert (
+            r.json()["translations"][0]["text"] == reference.translate([s], beam_size=1 + i % 3)[0]
+        )
+    assert lt.json()["translatedText"] == reference.translate(SENTENCES)
+
+
+def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
+    from seq2seq.export import export_model
+
+    folder = export_model(model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
+    translator = Translator.load(folder, engine="ctranslate2", method="greedy")
+    app = create_app(translator, info=model_info(translator, folder, "ctranslate2"))
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+                return (
+                    await libre(client, SENTENCES),
+                    (await client.get("/v1/models")).json(),
+                    await client.post("/v1/attention", json={"text": SENTENCES[0]}),
+                )
+
+    lt, models, attention = asyncio.run(main())
+    # Greedy CTranslate2 float32 output equals the torch engine's, token for token.
+    assert lt.json()["translatedText"] == reference.translate(SENTENCES, method="greedy")
+    (m,) = models["models"]
+    assert m["engine"] == "ctranslate2" and m["attention"] is False and m["parameters"] is None
+    assert m["manifest_sha256"] == hashlib.sha256((folder / "export.json").read_bytes()).hexdigest()
+    assert m["size_bytes"] == (folder / "model.bin").stat().st_size
+    assert attention.status_code == 501
+    assert "--engine torch" in attention.json()["error"]
