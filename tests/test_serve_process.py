@@ -7,7 +7,9 @@ the reason where none is installed).
 
 from __future__ import annotations
 
+import ast
 import html
+import json
 import os
 import queue
 import re
@@ -26,6 +28,7 @@ import httpx
 import pytest
 from factories import make_model_dir
 
+from seq2seq.paragraphs import split_text
 from seq2seq.translate import Translator
 
 pytestmark = pytest.mark.slow
@@ -243,3 +246,39 @@ def test_the_web_page_shows_the_translation_and_heatmap_in_a_browser(server, ref
     n_rows = [table.count("<tr>") - 1 for table in tables]  # minus the header row
     pieces = [len(reference.tokenizer.encode_tgt([x])[0]) + 1 for x in t]  # + </s>
     assert n_rows == pieces
+
+
+def _serving_section() -> str:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("\n## Serving\n")
+    return readme[start : readme.index("\n## ", start + 1)]
+
+
+def test_the_readme_examples_work_as_written(server, reference):
+    section = _serving_section()
+    python = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    assert "http://127.0.0.1:8080" in python
+    r = subprocess.run(
+        [sys.executable, "-c", python.replace("http://127.0.0.1:8080", server.url)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    sentences = re.search(r"print\(translate\((\[.*?\])\)\)", python).group(1)
+    assert r.stdout == f"{reference.translate(ast.literal_eval(sentences))}\n"
+    if shutil.which("curl") is None:
+        return
+    sh = re.search(r"```sh\n(curl .*?)```", section, re.S).group(1).replace("\\\n", " ")
+    for line in sh.splitlines():
+        if not line.startswith("curl "):
+            continue
+        command = line.split("  #")[0].replace("http://127.0.0.1:8080", server.url)
+        out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        answer = json.loads(out.stdout)
+        q = re.search(r"""(?:"q": "|q=')(.*?)['"]""", command).group(1)
+        want = " ".join(reference.translate(split_text(q, language="en").sentences))
+        assert answer["translatedText"] == want
+        if "alternatives=2" in command:
+            assert isinstance(answer["alternatives"], list) and len(answer["alternatives"]) <= 2
