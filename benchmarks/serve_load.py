@@ -12,13 +12,15 @@ same run, two baselines:
   numbers of clients.
 
 Each level runs for ``--seconds`` (and at most ``--max-requests`` requests) after a short
-warm-up. Every answer is checked against the offline translation of its sentences: an HTTP
+warm-up; ``--rounds`` repeats offline, batched and unbatched measurements in turn and reports
+medians, and every ratio is taken within a round (on a shared machine one minute can be 20%
+slower than the next). Every answer is checked against the offline translation of its sentences: an HTTP
 error, a timeout or a wrong translation counts as an error. ``--soak SECONDS`` then runs
 ``--soak-clients`` clients that long and reports the server's RSS (sampled every 10 s) at
 the start and the end.
 
     python benchmarks/serve_load.py /work/models/demo/averaged --mirror ../shared/data/multi30k
-    python benchmarks/serve_load.py MODEL --levels 32 --soak 600
+    python benchmarks/serve_load.py MODEL --levels "" --unbatched-levels "" --rounds 1 --soak 600
 
 The clients are a minimal HTTP/1.1 client over asyncio streams (one process, uvloop if
 installed), so that the load generator takes as little as possible of the CPU it shares with
@@ -34,6 +36,7 @@ import json
 import os
 import random
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -272,14 +275,44 @@ def read_test_source(model_dir: Path, mirror: str | None, split: str) -> list[st
 
 def print_table(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
-    print(f"{'clients':>8}{'sent/s':>10}{'p50 ms':>10}{'p95 ms':>10}{'p99 ms':>10}"
-          f"{'requests':>10}{'errors':>8}{'wrong':>7}")  # fmt: skip
+    print(f"{'clients':>8}{'sent/s':>10}{'range':>14}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
+          f"{'requests':>10}{'errors':>8}{'wrong':>7}{'RSS MiB':>9}")  # fmt: skip
     for r in rows:
-        print(f"{r['clients']:>8}{r['sentences_per_s']:>10.1f}{r['p50_ms']:>10.0f}"
-              f"{r['p95_ms']:>10.0f}{r['p99_ms']:>10.0f}{r['requests']:>10}"
-              f"{r['errors']:>8}{r['wrong']:>7}")  # fmt: skip
+        spread = f"{min(r['rounds']):.1f}-{max(r['rounds']):.1f}"
+        print(f"{r['clients']:>8}{r['sentences_per_s']:>10.1f}{spread:>14}{r['p50_ms']:>9.0f}"
+              f"{r['p95_ms']:>9.0f}{r['p99_ms']:>9.0f}{r['requests']:>10}{r['errors']:>8}"
+              f"{r['wrong']:>7}{r['rss_mib']:>9.0f}")  # fmt: skip
         for e in r["first_errors"]:
             print(f"{'':>8}  error: {e}")
+
+
+def summarize(per_round: list[list[dict]]) -> list[dict]:
+    """One row per level: medians over the rounds, counts summed."""
+    rows = []
+    for level in zip(*per_round):
+        rows.append({
+            "clients": level[0]["clients"],
+            "sentences_per_s": statistics.median(r["sentences_per_s"] for r in level),
+            "rounds": [r["sentences_per_s"] for r in level],
+            "p50_ms": statistics.median(r["p50_ms"] for r in level),
+            "p95_ms": statistics.median(r["p95_ms"] for r in level),
+            "p99_ms": statistics.median(r["p99_ms"] for r in level),
+            "requests": sum(r["requests"] for r in level),
+            "errors": sum(r["errors"] for r in level),
+            "wrong": sum(r["wrong"] for r in level),
+            "rss_mib": max(r["rss_mib"] for r in level),
+            "first_errors": [e for r in level for e in r["first_errors"]][:5],
+        })  # fmt: skip
+    return rows
+
+
+def run_offline(args, src_file: Path, out_file: Path) -> dict:
+    cmd = [sys.executable, __file__, str(args.model_dir), "--threads", str(args.threads),
+           "--child-offline", str(args.model_dir), args.engine, str(src_file), str(out_file)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if out.returncode:
+        sys.exit(f"offline baseline failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
@@ -290,13 +323,13 @@ def main() -> None:
     p.add_argument("--split", default="test_2016_flickr")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--levels", default="1,8,32,128", help="numbers of concurrent clients")
-    p.add_argument("--unbatched-levels", default="1,8,32", help="levels of the unbatched run")
-    p.add_argument("--seconds", type=float, default=30, help="timed seconds per level")
+    p.add_argument("--unbatched-levels", default="1,8,32", help="levels of the unbatched server")
+    p.add_argument("--seconds", type=float, default=20, help="timed seconds per level")
     p.add_argument("--warmup", type=float, default=3, help="untimed seconds before each level")
     p.add_argument("--max-requests", type=int, default=20000, help="cap per level")
-    p.add_argument("--soak", type=float, default=0, help="seconds of soak after the levels")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved repeats (medians)")
+    p.add_argument("--soak", type=float, default=0, help="seconds of soak after the rounds")
     p.add_argument("--soak-clients", type=int, default=32)
-    p.add_argument("--skip-levels", action="store_true", help="only the soak")
     p.add_argument("--server-args", default="", help="extra `seq2seq serve` options")
     p.add_argument("--json", help="also write the numbers to this file")
     p.add_argument("--child-offline", nargs=4, help=argparse.SUPPRESS)
@@ -316,46 +349,47 @@ def main() -> None:
     levels = [int(x) for x in args.levels.split(",") if x]
     unbatched_levels = [int(x) for x in args.unbatched_levels.split(",") if x]
     results: dict = {"model": str(args.model_dir), "engine": args.engine, "threads": args.threads,
-                     "sentences": len(src), "split": args.split}  # fmt: skip
-
+                     "sentences": len(src), "split": args.split, "rounds": args.rounds}  # fmt: skip
+    extra = args.server_args.split()
+    offline_runs, batched, unbatched = [], [], []
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         src_file, out_file = Path(tmp) / "src.txt", Path(tmp) / "hyp.json"
         src_file.write_text("".join(s + "\n" for s in src), encoding="utf-8")
-        cmd = [sys.executable, __file__, str(args.model_dir), "--threads", str(args.threads),
-               "--child-offline", str(args.model_dir), args.engine, str(src_file), str(out_file)]  # fmt: skip
-        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
-        if out.returncode:
-            sys.exit(f"offline baseline failed:\n{out.stderr[-3000:]}")
-        results["offline"] = json.loads(out.stdout.strip().splitlines()[-1])
-        want = dict(zip(src, json.loads(out_file.read_text(encoding="utf-8"))))
-    off = results["offline"]["sentences_per_s"]
-    print(f"offline: {off:.1f} sentences/s ({len(src)} sentences, {args.engine}, "
-          f"{args.threads} threads)", flush=True)  # fmt: skip
-
-    extra = args.server_args.split()
-    runs = [("batched", extra, levels)]
-    if unbatched_levels and not args.skip_levels:
-        runs.append(("unbatched", [*extra, "--no-batching"], unbatched_levels))
-    if args.skip_levels:
-        runs = [("batched", extra, [])]
-    for name, server_args, run_levels in runs:
-        server = Server(args.model_dir, args.engine, args.threads, server_args)
-        rows = []
+        # Both servers stay up for the whole run (an idle one costs memory, not CPU), so that
+        # each round measures offline, batched and unbatched one after the other.
+        servers = {"batched": Server(args.model_dir, args.engine, args.threads, extra)}
+        if unbatched_levels:
+            servers["unbatched"] = Server(
+                args.model_dir, args.engine, args.threads, [*extra, "--no-batching"]
+            )
         try:
-            for clients in run_levels:
-                row = asyncio.run(load(server.port, src, want, clients=clients,
-                                       seconds=args.seconds, max_requests=args.max_requests,
-                                       warmup=args.warmup, seed=clients))  # fmt: skip
-                row["rss_mib"] = server.rss_mib()
-                rows.append(row)
-                print(f"  {name} {clients:>3} clients: {row['sentences_per_s']:.1f} sent/s, "
-                      f"p50 {row['p50_ms']:.0f} ms, errors {row['errors']}, wrong {row['wrong']}",
-                      flush=True)  # fmt: skip
-            results[name] = rows
-            if name == "batched" and args.soak > 0:
+            want: dict[str, str] = {}
+            for rnd in range(args.rounds):
+                off = run_offline(args, src_file, out_file)
+                hyps = json.loads(out_file.read_text(encoding="utf-8"))
+                if want and [want[s] for s in src] != hyps:
+                    print("  (note: the offline translations changed between rounds)")
+                want = dict(zip(src, hyps))
+                offline_runs.append(off)
+                print(f"  round {rnd + 1}: offline {off['sentences_per_s']:.1f} sent/s", flush=True)
+                for name, run_levels, out in (("batched", levels, batched),
+                                              ("unbatched", unbatched_levels, unbatched)):  # fmt: skip
+                    rows = []
+                    for clients in run_levels:
+                        row = asyncio.run(load(servers[name].port, src, want, clients=clients,
+                                               seconds=args.seconds, warmup=args.warmup,
+                                               max_requests=args.max_requests, seed=clients + rnd))  # fmt: skip
+                        row["rss_mib"] = servers[name].rss_mib()
+                        rows.append(row)
+                        print(f"  round {rnd + 1}: {name} {clients:>3} clients: "
+                              f"{row['sentences_per_s']:.1f} sent/s, p50 {row['p50_ms']:.0f} ms, "
+                              f"errors {row['errors']}, wrong {row['wrong']}", flush=True)  # fmt: skip
+                    out.append(rows)
+            if args.soak > 0:
+                server = servers["batched"]
                 samples: list[tuple[float, float]] = [(0.0, server.rss_mib())]
 
-                def sample(t: float, server=server, samples=samples) -> None:
+                def sample(t: float) -> None:
                     samples.append((t, server.rss_mib()))
                     print(f"  soak {t:5.0f} s: RSS {samples[-1][1]:.1f} MiB", flush=True)
 
@@ -365,35 +399,53 @@ def main() -> None:
                 samples.append((row["seconds"], server.rss_mib()))
                 first, last = samples[0][1], samples[-1][1]
                 row.update(rss_start_mib=first, rss_end_mib=last,
-                           rss_max_mib=max(s for _, s in samples),
+                           rss_max_mib=max(x for _, x in samples),
                            rss_growth_pct=100 * (last - first) / first, rss_samples=samples)  # fmt: skip
                 results["soak"] = row
         finally:
-            code = server.stop()
-            if code != 0:
-                print(f"  (server exited with {code})\n" + "".join(server.log[-20:]))
+            for name, server in servers.items():
+                code = server.stop()
+                if code != 0:
+                    print(f"  ({name} server exited with {code})\n" + "".join(server.log[-20:]))
 
+    off = statistics.median(r["sentences_per_s"] for r in offline_runs)
+    results["offline"] = {"sentences_per_s": off, "rounds": offline_runs}
+    results["batched"] = summarize(batched) if levels else []
+    results["unbatched"] = summarize(unbatched) if unbatched_levels else []
+    rounds = f"median of {args.rounds} rounds" if args.rounds > 1 else "1 round"
     print(f"\nseq2seq serve load test: {args.model_dir} ({args.engine}, {args.threads} threads), "
-          f"{len(src)} {args.split} sentences, 1-3 per request, {args.seconds:g} s per level")  # fmt: skip
-    print(f"offline batched translation (the ceiling): {off:.1f} sentences/s")
-    if "batched" in results and results["batched"]:
+          f"{len(src)} {args.split} sentences, 1-3 per request, {args.seconds:g} s per level, "
+          f"{rounds}")  # fmt: skip
+    spread = [r["sentences_per_s"] for r in offline_runs]
+    print(f"offline batched translation (the ceiling): {off:.1f} sentences/s "
+          f"(range {min(spread):.1f}-{max(spread):.1f})")  # fmt: skip
+    if results["batched"]:
         print_table("server, dynamic batching:", results["batched"])
-    if "unbatched" in results:
+    if results["unbatched"]:
         print_table("server, --no-batching (one request at a time):", results["unbatched"])
-    by = {r["clients"]: r for r in results.get("batched", [])}
-    unb = {r["clients"]: r for r in results.get("unbatched", [])}
-    if 32 in by:
-        print(f"\nat 32 clients: {by[32]['sentences_per_s'] / off:.0%} of offline throughput",
-              end="")  # fmt: skip
-        if 32 in unb:
-            print(f", {by[32]['sentences_per_s'] / unb[32]['sentences_per_s']:.1f}x the "
-                  "unbatched server", end="")  # fmt: skip
-        print()
+    ratios = {}
+    for rnd in range(args.rounds):  # ratios within a round, then the median
+        b = {r["clients"]: r["sentences_per_s"] for r in batched[rnd]} if levels else {}
+        u = {r["clients"]: r["sentences_per_s"] for r in unbatched[rnd]} if unbatched_levels else {}
+        o = offline_runs[rnd]["sentences_per_s"]
+        for c, v in b.items():
+            ratios.setdefault(f"offline_{c}", []).append(v / o)
+            if c in u:
+                ratios.setdefault(f"unbatched_{c}", []).append(v / u[c])
+    results["ratios"] = ratios
+    for c in levels:
+        line = f"\nat {c} clients: " if c == 32 else f"at {c} clients: "
+        each = ratios.get(f"offline_{c}", [])
+        line += f"{statistics.median(each):.0%} of offline throughput ({', '.join(f'{x:.0%}' for x in each)})"
+        if f"unbatched_{c}" in ratios:
+            each = ratios[f"unbatched_{c}"]
+            line += f", {statistics.median(each):.1f}x the unbatched server ({', '.join(f'{x:.1f}' for x in each)})"
+        print(line)
     if "soak" in results:
         s = results["soak"]
         print(f"soak: {s['clients']} clients for {s['seconds']:.0f} s, {s['requests']} requests, "
-              f"{s['sentences_per_s']:.1f} sent/s, errors {s['errors']}, wrong {s['wrong']}; "
-              f"RSS {s['rss_start_mib']:.1f} -> {s['rss_end_mib']:.1f} MiB "
+              f"{s['sentences_per_s']:.1f} sent/s, p99 {s['p99_ms']:.0f} ms, errors {s['errors']}, "
+              f"wrong {s['wrong']}; server RSS {s['rss_start_mib']:.1f} -> {s['rss_end_mib']:.1f} MiB "
               f"({s['rss_growth_pct']:+.2f}%, max {s['rss_max_mib']:.1f})")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2), encoding="utf-8")
