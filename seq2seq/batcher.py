@@ -48,7 +48,15 @@ TranslateFn = Callable[[list[str], Any], list[Any]]
 
 
 class EngineFailure(RuntimeError):
-    """The engine raised while translating a request's sentences (the message says what)."""
+    """The engine raised while translating a request's sentences (the message says what).
+
+    Attributes:
+        original: the exception the engine raised.
+    """
+
+    def __init__(self, message: str, original: BaseException) -> None:
+        super().__init__(message)
+        self.original = original
 
 
 class BatcherClosed(RuntimeError):
@@ -342,7 +350,7 @@ class Batcher(Generic[Options, Result]):
         if not job.future.done():
             self.stats.failed_requests += 1
             job.future.set_exception(
-                EngineFailure(f"translation failed: {type(error).__name__}: {error}")
+                EngineFailure(f"translation failed: {type(error).__name__}: {error}", error)
             )
 
     async def _retry_alone(self, batch: list[_Item], options: Any, error: Exception) -> None:

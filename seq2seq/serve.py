@@ -522,8 +522,7 @@ class _Service:
             total += len(text)
         if total > cfg.max_chars:
             raise RequestError(
-                413 if total > 4 * cfg.max_chars else 400,
-                f"request has {total:,} characters; the limit is {cfg.max_chars:,}",
+                400, f"request has {total:,} characters; the limit is {cfg.max_chars:,}"
             )
         if not any(t.strip() for t in texts):
             raise RequestError(400, f"empty text: {field} has nothing to translate")
@@ -554,6 +553,8 @@ class _Service:
         try:
             return await self.batcher.translate(sentences, opts)
         except EngineFailure as e:
+            if isinstance(e.original, UserError):  # options this engine cannot honour
+                raise RequestError(400, str(e.original)) from None
             raise RequestError(500, str(e)) from None
         except BatcherClosed as e:
             raise RequestError(503, str(e)) from None

@@ -509,9 +509,10 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
                     await libre(client, SENTENCES),
                     (await client.get("/v1/models")).json(),
                     await client.post("/v1/attention", json={"text": SENTENCES[0]}),
+                    await client.post("/v1/translate", json={"text": "a", "unk_penalty": 0.5}),
                 )
 
-    lt, models, attention = asyncio.run(main())
+    lt, models, attention, unsupported = asyncio.run(main())
     # Greedy CTranslate2 float32 output equals the torch engine's, token for token.
     assert lt.json()["translatedText"] == reference.translate(SENTENCES, method="greedy")
     (m,) = models["models"]
@@ -520,3 +521,6 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
     assert m["size_bytes"] == (folder / "model.bin").stat().st_size
     assert attention.status_code == 501
     assert "--engine torch" in attention.json()["error"]
+    # An option this engine cannot honour is the client's mistake (400), not a server error.
+    assert unsupported.status_code == 400
+    assert "supports unk_penalty 0 or inf only" in unsupported.json()["error"]
