@@ -8,7 +8,7 @@ that drops it):
    sides, after stripping); ``sources`` drops a pair whose source was seen before (one target
    per source); ``none`` (the default) keeps every pair. Off by default because Multi30K's
    training set has exact duplicates (3 pairs in en-de) and the published settings train on
-   them. Pairs are remembered by an 8-byte BLAKE2 digest (about 70 bytes per distinct pair).
+   them. Pairs are remembered by an 8-byte BLAKE2 digest (about 80 bytes per distinct pair).
 3. ``wrong_language`` (``data.langid``): py3langid (its model ships in the package) names
    another language than the config's for either side. Needs the ``langid`` extra.
 4. ``too_long``: a side has more than ``data.max_len`` SentencePiece pieces.
@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from seq2seq.errors import UserError
 
@@ -152,17 +154,15 @@ class Cleaner:
     ) -> None:
         self.rules, self.report = rules, report
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
-        self._seen: set[int] = set()
+        self._seen: set[bytes] = set()
+        self._digest = hashlib.blake2b
         self._classify = _langid_classifier() if rules.langid else None
 
     def keep_text(self, src: str, tgt: str) -> bool:
         """The text rules (duplicates, language id) on one non-empty pair."""
         if self.rules.dedup != "none":
             text = src if self.rules.dedup == "sources" else f"{src}\t{tgt}"
-            digest = int.from_bytes(
-                hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest(),
-                "little",
-            )
+            digest = self._digest(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()
             if digest in self._seen:
                 self.report.duplicate += 1
                 return False
@@ -173,6 +173,24 @@ class Cleaner:
             self.report.wrong_language += 1
             return False
         return True
+
+    def keep_pieces_array(self, n_src: np.ndarray, n_tgt: np.ndarray) -> np.ndarray:
+        """:meth:`keep_pieces` over a chunk: piece counts ``(N,)`` -> keep mask ``(N,)``."""
+        longest, shortest = np.maximum(n_src, n_tgt), np.minimum(n_src, n_tgt)
+        empty = shortest == 0
+        drop = empty.copy()
+        too_long = np.zeros_like(empty)
+        bad_ratio = np.zeros_like(empty)
+        if self.rules.max_len is not None:
+            too_long = ~drop & (longest > self.rules.max_len)
+            drop |= too_long
+        if self.rules.max_ratio is not None:
+            bad_ratio = ~drop & (longest > self.rules.max_ratio * shortest)
+            drop |= bad_ratio
+        self.report.empty += int(empty.sum())
+        self.report.too_long += int(too_long.sum())
+        self.report.bad_ratio += int(bad_ratio.sum())
+        return ~drop
 
     def keep_pieces(self, n_src: int, n_tgt: int) -> bool:
         """The piece-count rules (empty encoding, length, ratio) on one pair."""

@@ -400,11 +400,7 @@ def build_store(
                 for side in ("src", "tgt")
             }
             if train:
-                keep = np.fromiter(
-                    map(cleaner.keep_pieces, lens["src"].tolist(), lens["tgt"].tolist()),
-                    bool,
-                    len(line_nos),
-                )
+                keep = cleaner.keep_pieces_array(lens["src"], lens["tgt"])
             else:
                 keep = np.ones(len(line_nos), bool)
             for side in ("src", "tgt"):
