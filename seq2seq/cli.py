@@ -58,7 +58,11 @@ def _prepare(sub) -> None:
     p.add_argument("corpus", nargs="?", help="registered corpus name (see --list)")
     p.add_argument("--list", action="store_true", help="list the registered corpora and exit")
     p.add_argument("--pair", default="en-de", help="src-tgt language pair (default en-de)")
-    p.add_argument("--variant", default="raw", help="raw (default) or tok (Multi30K)")
+    p.add_argument(
+        "--variant",
+        default="raw",
+        help="raw (default), tok (Multi30K), fairseq (IWSLT14), norm (WMT14): see --list",
+    )
     p.add_argument("--splits", help="comma-separated splits (default: every available split)")
     p.add_argument("--out", help="output directory")
     p.add_argument(

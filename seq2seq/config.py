@@ -50,7 +50,10 @@ class DataConfig:
     pair: str = "en-de"
     """``src-tgt`` language pair, e.g. ``en-de``."""
     variant: str = "raw"
-    """Corpus variant: ``raw`` (cased, untokenized) or ``tok`` (Multi30K lowercased tokenized)."""
+    """Corpus variant: ``raw`` (cased, untokenized), ``tok`` (Multi30K lowercased tokenized),
+    ``fairseq`` (IWSLT14 as fairseq's prepare-iwslt14.sh writes it), ``norm`` (WMT14 training text
+    punctuation-normalized as prepare-wmt14en2de.sh); ``seq2seq prepare --list`` shows each
+    corpus' variants."""
     train_split: str = "train"
     valid_split: str = "val"
     test_splits: tuple[str, ...] = ("test_2016_flickr",)
