@@ -1161,17 +1161,26 @@ def _run_job(
                 finished[split] = counts[src]
             outputs = {split: {lang: extracted[lang] for lang in langs} for split in job.splits}
         else:
-            outputs = {}
-            for split in job.splits:
-                outputs[split] = {lang: tmp / f"{split}.{lang}" for lang in langs}
+            # one pass: the steps the splits share, then each pair goes to the split(s) whose
+            # last step (an EveryNth, when there are several) keeps its line number
+            shared = job.steps[split0] if len(job.splits) == 1 else job.steps[split0][:-1]
+            routes = [] if len(job.splits) == 1 else [job.steps[s][-1] for s in job.splits]
+            outputs = {s: {lang: tmp / f"{s}.{lang}" for lang in langs} for s in job.splits}
+            with contextlib.ExitStack() as stack:
+                handles = {
+                    s: tuple(stack.enter_context(open(outputs[s][lang], "wb")) for lang in langs)
+                    for s in job.splits
+                }
+                finished = dict.fromkeys(job.splits, 0)
                 pairs = zip(_read_lines(extracted[src]), _read_lines(extracted[tgt]))
-                n = 0
-                with open(outputs[split][src], "wb") as fs, open(outputs[split][tgt], "wb") as ft:
-                    for a, b in run_steps(job.steps[split], pairs, langs):
-                        fs.write(a.encode("utf-8") + b"\n")
-                        ft.write(b.encode("utf-8") + b"\n")
-                        n += 1
-                finished[split] = n
+                for nr, (a, b) in enumerate(run_steps(shared, pairs, langs), 1):
+                    line_a, line_b = a.encode("utf-8") + b"\n", b.encode("utf-8") + b"\n"
+                    for i, s in enumerate(job.splits):
+                        if routes and (nr % routes[i].n == 0) != routes[i].keep:
+                            continue
+                        handles[s][0].write(line_a)
+                        handles[s][1].write(line_b)
+                        finished[s] += 1
         for split in job.splits:
             for lang in langs:
                 os.replace(outputs[split][lang], out / f"{split}.{lang}")
