@@ -7,8 +7,9 @@ whitespace) and prepares it through the registry. Where sacreBLEU has the parser
 SGML, IWSLT XML) its own code reads the same fixture and the prepared files must be equal to
 its output byte for byte. fairseq's shell pipelines cannot run in CI (they clone Moses), so
 their rules are restated beside each expectation with the script line they come from; with
-``MOSES_SCRIPTS`` pointing at a mosesdecoder ``scripts/`` folder the real Perl pipeline runs
-on the same fixture too.
+``MOSES_SCRIPTS`` pointing at a mosesdecoder ``scripts/`` folder, prepare-iwslt14.sh's own
+commands also run on the IWSLT14 fixture (the WMT14 normalization is checked against
+hand-written expectations only).
 """
 
 from __future__ import annotations
