@@ -196,6 +196,146 @@ def _constrain(
     return lp
 
 
+_FUSED_MIN_VOCAB = 64
+"""Vocabularies at least this large (and at least 4 * beam + 8) take the fused candidate path."""
+
+
+def _constrain_columns(
+    vals: Tensor,
+    toks: Tensor,
+    eos_col: int,
+    generated: int,
+    max_lens: Tensor,
+    *,
+    eos_id: int,
+    pad_id: int,
+    bos_id: int,
+    min_len: int,
+    unk_id: int | None,
+    unk_penalty: float,
+) -> Tensor:
+    """:func:`_constrain`'s rules (but the n-gram ban) on some columns of each row.
+
+    Args:
+        vals: (N, C) log-probs of the tokens ``toks`` (N, C), no NaN; column ``eos_col`` holds
+            EOS in every row, and no other column does.
+        generated: tokens generated so far (BOS not counted).
+        max_lens: (N,) max length of each row's sentence.
+
+    Returns:
+        (N, C) the constrained values: exactly what :func:`_constrain` gives those tokens.
+    """
+    banned = toks == pad_id
+    if bos_id != eos_id:
+        banned |= toks == bos_id
+    vals = vals.masked_fill(banned, _NEG_INF)
+    if unk_id is not None and unk_penalty:
+        vals = torch.where(toks == unk_id, vals - unk_penalty, vals)
+    eos_lp = vals[:, eos_col].clone()  # (N,) kept for the forced rows
+    if generated < min_len:
+        vals[:, eos_col] = _NEG_INF
+    forced = generated + 1 >= max_lens  # (N,)
+    if bool(forced.any()):
+        only_eos = torch.full_like(vals, _NEG_INF)
+        only_eos[:, eos_col] = eos_lp
+        vals = torch.where(forced[:, None], only_eos, vals)
+    return vals
+
+
+def _beam_candidates(
+    log_probs: Tensor,
+    prefix: Tensor,
+    max_lens: Tensor,
+    scores: Tensor,
+    *,
+    beam_size: int,
+    eos_id: int,
+    pad_id: int,
+    bos_id: int,
+    min_len: int,
+    no_repeat_ngram: int,
+    unk_id: int | None,
+    unk_penalty: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The best 2K (beam, token) continuations of each sentence, by cumulative log-prob.
+
+    The exact definition: :func:`_constrain` the step's log-probs, add each beam's score, take
+    the top 2K of each sentence's K * V continuations. That reads and writes the whole (N, V)
+    matrix three times (NaN guard, score add, top-k) and allocates two copies of it. The fused
+    path reads it once: a beam's continuations that can reach its sentence's top 2K are among
+    its own 2K + 4 best raw log-probs (the 4: pad, BOS, EOS and unk, the only tokens the rules
+    move) plus EOS and unk, taken as extra columns. So it takes a per-row top-(2K + 4), applies
+    the rules to those columns only (:func:`_constrain_columns`) and picks the 2K best of the
+    small (Ba, K * (2K + 6)) matrix. The candidate values are the same floating-point sums as
+    the exact path's; only the order among exactly equal scores may differ (top-k ties are
+    unordered in both). NaN anywhere in a row shows in its top-k (NaN ranks first), and such a
+    step, an n-gram ban, or a small vocabulary takes the exact path.
+
+    Args:
+        log_probs: (N, V) from the step function, N = Ba * K (not modified).
+        prefix: (N, t+1) tokens so far, BOS first.
+        max_lens: (N,) max length of each row's sentence.
+        scores: (N,) cumulative log-prob of each beam (-inf for dead beams).
+
+    Returns:
+        (cand_scores, cand_beam, cand_tok, cand_lp), each (Ba, n_cand) with n_cand =
+        min(2K, K * V), best first: the cumulative score, the beam (0..K-1) within the
+        sentence, the token, and the token's own constrained log-prob.
+    """
+    K = beam_size
+    rows, V = log_probs.shape
+    Ba = rows // K
+    n_cand = min(2 * K, K * V)
+    k = n_cand + 4
+    if no_repeat_ngram == 0 and V >= max(_FUSED_MIN_VOCAB, 2 * k):
+        vals, toks = log_probs.topk(k, dim=1)  # (N, k) one read of the (N, V) matrix
+        if not bool(vals.isnan().any()):
+            extra = [eos_id]
+            if unk_id is not None and unk_penalty and unk_id != eos_id:
+                extra.append(unk_id)
+            extra_ids = torch.tensor(extra, device=toks.device)  # (E,)
+            dup = (toks[:, :, None] == extra_ids).any(-1)  # (N, k) taken as extra columns
+            toks = torch.cat([toks.masked_fill(dup, pad_id), extra_ids.expand(rows, -1)], 1)
+            vals = torch.cat([vals.masked_fill(dup, _NEG_INF), log_probs[:, extra]], 1)
+            if vals.dtype in (torch.float16, torch.bfloat16):
+                vals = vals.float()
+            vals = _constrain_columns(
+                vals,
+                toks,
+                k,
+                prefix.size(1) - 1,
+                max_lens,
+                eos_id=eos_id,
+                pad_id=pad_id,
+                bos_id=bos_id,
+                min_len=min_len,
+                unk_id=unk_id,
+                unk_penalty=unk_penalty,
+            )  # (N, C)
+            C = vals.size(1)
+            cum = (scores.to(vals.dtype)[:, None] + vals).view(Ba, K * C)
+            cand_scores, pos = cum.topk(n_cand, dim=1)  # (Ba, 2K)
+            cand_tok = toks.view(Ba, K * C).gather(1, pos)
+            cand_lp = vals.view(Ba, K * C).gather(1, pos)
+            return cand_scores, pos // C, cand_tok, cand_lp
+    lp = _constrain(
+        log_probs,
+        prefix,
+        max_lens,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+    )  # (N, V)
+    cum = (scores.to(lp.dtype)[:, None] + lp).view(Ba, K * V)  # (Ba, K*V)
+    cand_scores, cand_idx = cum.topk(n_cand, dim=1)  # (Ba, 2K), best first
+    cand_lp = lp.view(Ba, K * V).gather(1, cand_idx)  # (Ba, 2K)
+    return cand_scores, cand_idx // V, cand_idx % V, cand_lp
+
+
 # ---------------------------------------------------------------------------------------------
 # Beam search
 
@@ -308,10 +448,17 @@ def beam_search(
     for t in range(int(max_lens.max())):
         log_probs, state = step(tokens, state)  # (N, V)
         Ba = len(alive_list)
-        lp = _constrain(
+        step_attn = attention(state) if attention is not None else None  # (N, S)
+        if step_attn is not None and attn is None:
+            attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
+
+        # Candidates: the best 2K (beam, token) continuations of each sentence.
+        cand_scores, cand_beam, cand_tok, cand_lp = _beam_candidates(
             log_probs,
             tokens,
             max_lens[alive].repeat_interleave(K),
+            scores,
+            beam_size=K,
             eos_id=eos_id,
             pad_id=pad_id,
             bos_id=bos_id,
@@ -319,21 +466,11 @@ def beam_search(
             no_repeat_ngram=no_repeat_ngram,
             unk_id=unk_id,
             unk_penalty=unk_penalty,
-        )  # (N, V)
-        V = lp.size(1)
-        step_attn = attention(state) if attention is not None else None  # (N, S)
-        if step_attn is not None and attn is None:
-            attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
-        scores = scores.to(lp.dtype)
-        token_scores = token_scores.to(lp.dtype)
-
-        # Candidates: the best 2K (beam, token) continuations of each sentence.
-        cum = (scores[:, None] + lp).view(Ba, K * V)  # (Ba, K*V)
-        n_cand = min(2 * K, K * V)
-        cand_scores, cand_idx = cum.topk(n_cand, dim=1)  # (Ba, 2K), best first
-        cand_tok = cand_idx % V  # (Ba, 2K)
-        cand_rows = cand_idx // V + (torch.arange(Ba, device=dev) * K)[:, None]  # (Ba, 2K) in N
-        cand_lp = lp.view(Ba, K * V).gather(1, cand_idx)  # (Ba, 2K) the token's own log-prob
+        )  # each (Ba, 2K), best first; cand_lp is the token's own (constrained) log-prob
+        n_cand = cand_scores.size(1)
+        scores = scores.to(cand_lp.dtype)
+        token_scores = token_scores.to(cand_lp.dtype)
+        cand_rows = cand_beam + (torch.arange(Ba, device=dev) * K)[:, None]  # (Ba, 2K) in N
         is_eos = cand_tok == eos_id  # (Ba, 2K)
 
         # Finalize EOS candidates among the first K (bookkeeping only: one loop over them).
