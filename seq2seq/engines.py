@@ -144,7 +144,7 @@ class TorchEngine:
         model = self.model
         return run_search(
             model.decode_step if self.use_cache else model.decode_step_uncached,
-            reorder_state,
+            _recycling_reorder,
             model.start_state(self._pad(src)),
             src,
             opts,
@@ -155,6 +155,13 @@ class TorchEngine:
             unk_id=self.unk_id,
             device=self.device,
         )
+
+
+def _recycling_reorder(state, index: Tensor):
+    """The torch engine's ``reorder``: seq2seq.search never uses a state again once it has
+    reordered it (``state = reorder(state, index)``), so the KV cache may alternate between two
+    buffers instead of allocating new ones (:meth:`DecoderState.reorder`)."""
+    return state.reorder(index, recycle=True)
 
 
 # ---------------------------------------------------------------------------------------------
