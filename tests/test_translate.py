@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from factories import make_model_dir, synthetic_pairs
 
 from seq2seq import engines
@@ -231,6 +232,30 @@ def test_fast_paths_give_the_exact_paths_output_bit_for_bit(
                 assert translator.translate_nbest(SENTENCES, nbest=4) == fast4
         if model_dir == trained_dir:
             assert len({t[0].text for t in fast}) == len(SENTENCES)  # not a vacuous comparison
+
+
+def test_bf16_and_int8_engines_translate_close_to_float32(trained_dir: Path) -> None:
+    import sacrebleu
+
+    ref = Translator.load(trained_dir).translate_nbest(SENTENCES)
+    for engine in ("torch-bf16", "torch-int8"):
+        translator = Translator.load(trained_dir, engine=engine)
+        assert translator.engine.precision == engine.split("-")[1].replace("bf16", "bfloat16")
+        out = translator.translate_nbest(SENTENCES)
+        assert all(h[0].score < 0 and len(h[0].token_scores) > 0 for h in out)
+        # the copy task survives the rounding (a 32-wide model: coarse for int8)
+        chrf = sacrebleu.corpus_chrf([h[0].text for h in out], [[h[0].text for h in ref]])
+        assert chrf.score > 50, engine
+    assert Translator.load(trained_dir).engine.model.output_proj.weight.dtype == torch.float32
+    with pytest.raises(UserError, match="precision"):
+        engines.TorchEngine(
+            Translator.load(trained_dir).engine.model,
+            precision="fp8",
+            pad_id=0,
+            bos_id=2,
+            eos_id=3,
+            unk_id=1,
+        )
 
 
 def test_sampling_is_seeded_and_nbest_sorted(random_dir: Path) -> None:
