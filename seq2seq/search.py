@@ -242,6 +242,92 @@ def _constrain_columns(
     return vals
 
 
+def _fused_columns(
+    log_probs: Tensor,
+    n_best: int,
+    generated: int,
+    max_lens: Tensor,
+    *,
+    eos_id: int,
+    pad_id: int,
+    bos_id: int,
+    min_len: int,
+    no_repeat_ngram: int,
+    unk_id: int | None,
+    unk_penalty: float,
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Each row's columns that can hold its ``n_best`` best constrained log-probs.
+
+    Those are among the row's ``n_best + 4`` best raw log-probs (the rules lower at most pad,
+    BOS, EOS and unk) plus EOS and unk themselves (the rules may raise them: a forced EOS, a
+    negative unk penalty), taken as extra columns and removed from the top-k part. One top-k
+    reads the (N, V) matrix once, where :func:`_constrain` writes a copy of it.
+
+    Returns:
+        (vals, toks, outside): the constrained log-probs (N, C) of the tokens ``toks`` (N, C),
+        in float32 or wider, and (N,) a bound on the constrained log-prob of every other
+        token of the row (the smallest raw log-prob of the top-k part; -inf in rows where only
+        EOS is allowed); or None when the exact path must run: a NaN in the step's output (it
+        ranks first in a top-k), an n-gram ban (any number of tokens per row), or a small
+        vocabulary.
+    """
+    rows, V = log_probs.shape
+    k = n_best + 4
+    if no_repeat_ngram > 0 or V < max(_FUSED_MIN_VOCAB, 2 * k):
+        return None
+    vals, toks = log_probs.topk(k, dim=1)  # (N, k) one read of the (N, V) matrix
+    if bool(vals.isnan().any()):
+        return None
+    outside = vals[:, -1]
+    extra = [eos_id]
+    if unk_id is not None and unk_penalty and unk_id != eos_id:
+        extra.append(unk_id)
+    extra_ids = torch.tensor(extra, device=toks.device)  # (E,)
+    dup = (toks[:, :, None] == extra_ids).any(-1)  # (N, k) taken as extra columns instead
+    toks = torch.cat([toks.masked_fill(dup, pad_id), extra_ids.expand(rows, -1)], 1)
+    vals = torch.cat([vals.masked_fill(dup, _NEG_INF), log_probs[:, extra]], 1)
+    if vals.dtype in (torch.float16, torch.bfloat16):
+        vals, outside = vals.float(), outside.float()
+    vals = _constrain_columns(
+        vals,
+        toks,
+        k,
+        generated,
+        max_lens,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        min_len=min_len,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+    )  # (N, C)
+    outside = outside.masked_fill(generated + 1 >= max_lens, _NEG_INF)  # forced rows: EOS only
+    return vals, toks, outside
+
+
+def _greedy_pick(
+    log_probs: Tensor,
+    prefix: Tensor,
+    max_lens: Tensor,
+    **rules: object,
+) -> tuple[Tensor, Tensor] | None:
+    """Greedy's token (N,) and its constrained log-prob (N,) without :func:`_constrain`'s copy.
+
+    The same token as ``argmax`` of the constrained row (the lowest id among equal maxima),
+    or None (the exact path runs) when a row's maximum could tie with a token outside the
+    columns looked at, or a row has no finite entry (it ends with EOS on the exact path).
+    """
+    fused = _fused_columns(log_probs, 1, prefix.size(1) - 1, max_lens, **rules)  # type: ignore[arg-type]
+    if fused is None:
+        return None
+    vals, toks, outside = fused
+    best = vals.max(dim=1).values  # (N,)
+    if not bool((outside < best).all()):  # a tie outside the columns, or a dead row
+        return None
+    tok = toks.masked_fill(vals != best[:, None], log_probs.size(1)).min(dim=1).values
+    return tok, best
+
+
 def _beam_candidates(
     log_probs: Tensor,
     prefix: Tensor,
@@ -286,38 +372,27 @@ def _beam_candidates(
     rows, V = log_probs.shape
     Ba = rows // K
     n_cand = min(2 * K, K * V)
-    k = n_cand + 4
-    if no_repeat_ngram == 0 and V >= max(_FUSED_MIN_VOCAB, 2 * k):
-        vals, toks = log_probs.topk(k, dim=1)  # (N, k) one read of the (N, V) matrix
-        if not bool(vals.isnan().any()):
-            extra = [eos_id]
-            if unk_id is not None and unk_penalty and unk_id != eos_id:
-                extra.append(unk_id)
-            extra_ids = torch.tensor(extra, device=toks.device)  # (E,)
-            dup = (toks[:, :, None] == extra_ids).any(-1)  # (N, k) taken as extra columns
-            toks = torch.cat([toks.masked_fill(dup, pad_id), extra_ids.expand(rows, -1)], 1)
-            vals = torch.cat([vals.masked_fill(dup, _NEG_INF), log_probs[:, extra]], 1)
-            if vals.dtype in (torch.float16, torch.bfloat16):
-                vals = vals.float()
-            vals = _constrain_columns(
-                vals,
-                toks,
-                k,
-                prefix.size(1) - 1,
-                max_lens,
-                eos_id=eos_id,
-                pad_id=pad_id,
-                bos_id=bos_id,
-                min_len=min_len,
-                unk_id=unk_id,
-                unk_penalty=unk_penalty,
-            )  # (N, C)
-            C = vals.size(1)
-            cum = (scores.to(vals.dtype)[:, None] + vals).view(Ba, K * C)
-            cand_scores, pos = cum.topk(n_cand, dim=1)  # (Ba, 2K)
-            cand_tok = toks.view(Ba, K * C).gather(1, pos)
-            cand_lp = vals.view(Ba, K * C).gather(1, pos)
-            return cand_scores, pos // C, cand_tok, cand_lp
+    fused = _fused_columns(
+        log_probs,
+        n_cand,
+        prefix.size(1) - 1,
+        max_lens,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+    )
+    if fused is not None:
+        vals, toks, _ = fused  # (N, C) each
+        C = vals.size(1)
+        cum = (scores.to(vals.dtype)[:, None] + vals).view(Ba, K * C)
+        cand_scores, pos = cum.topk(n_cand, dim=1)  # (Ba, 2K)
+        cand_tok = toks.view(Ba, K * C).gather(1, pos)
+        cand_lp = vals.view(Ba, K * C).gather(1, pos)
+        return cand_scores, pos // C, cand_tok, cand_lp
     lp = _constrain(
         log_probs,
         prefix,
@@ -543,7 +618,7 @@ def _decode_one_each(
     step: StepFn,
     reorder: ReorderFn,
     state: State,
-    choose: Callable[[Tensor], Tensor],
+    choose: Callable[[Tensor], Tensor] | None,
     *,
     batch_size: int,
     bos_id: int,
@@ -560,7 +635,8 @@ def _decode_one_each(
     """Extend each sentence by the token ``choose`` picks until EOS; drop finished rows.
 
     ``choose(lp (N, V)) -> (N,)`` picks one token per row of the constrained log-probs; rows
-    without any finite entry get EOS instead, so every sentence ends.
+    without any finite entry get EOS instead, so every sentence ends. ``choose=None`` is the
+    argmax (greedy search), which mostly runs without the (N, V) copy (:func:`_greedy_pick`).
     """
     dev = max_lens.device
     results: list[Hypothesis | None] = [None] * batch_size
@@ -569,30 +645,36 @@ def _decode_one_each(
     token_scores = torch.zeros((batch_size, 0), device=dev)  # (N, t)
     attn: Tensor | None = None  # (N, t, S)
 
+    rules = dict(
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+    )
     for _ in range(int(max_lens.max())):
         log_probs, state = step(tokens, state)  # (N, V)
-        lp = _constrain(
-            log_probs,
-            tokens,
-            max_lens[alive],
-            eos_id=eos_id,
-            pad_id=pad_id,
-            bos_id=bos_id,
-            min_len=min_len,
-            no_repeat_ngram=no_repeat_ngram,
-            unk_id=unk_id,
-            unk_penalty=unk_penalty,
-        )  # (N, V)
+        picked = (
+            None
+            if choose is not None
+            else _greedy_pick(log_probs, tokens, max_lens[alive], **rules)
+        )
+        if picked is not None:
+            tok, tok_lp = picked[0], picked[1][:, None]  # (N,), (N, 1)
+        else:
+            lp = _constrain(log_probs, tokens, max_lens[alive], **rules)  # (N, V)
+            dead = ~lp.isfinite().any(-1)  # (N,) nothing allowed: end the row
+            tok = torch.where(dead, eos_id, (choose or _argmax)(lp))  # (N,)
+            tok_lp = lp.gather(1, tok[:, None])  # (N, 1)
         if attention is not None:
             step_attn = attention(state)  # (N, S)
             if attn is None:
                 attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
             attn = torch.cat([attn, step_attn[:, None]], dim=1)  # (N, t+1, S)
-        dead = ~lp.isfinite().any(-1)  # (N,) nothing allowed: end the row
-        tok = torch.where(dead, eos_id, choose(lp))  # (N,)
-        tok_lp = lp.gather(1, tok[:, None])  # (N, 1)
         tokens = torch.cat([tokens, tok[:, None]], dim=1)  # (N, t+2)
-        token_scores = torch.cat([token_scores.to(lp.dtype), tok_lp], dim=1)  # (N, t+1)
+        token_scores = torch.cat([token_scores.to(tok_lp.dtype), tok_lp], dim=1)  # (N, t+1)
 
         done = (tok == eos_id) | (tokens.size(1) - 1 >= max_lens[alive])  # (N,)
         if not bool(done.any()):
@@ -675,7 +757,7 @@ def greedy_search(
         step,
         reorder,
         state,
-        lambda lp: lp.argmax(-1),
+        None,  # the argmax
         batch_size=batch_size,
         bos_id=bos_id,
         eos_id=eos_id,
@@ -688,6 +770,10 @@ def greedy_search(
         unk_penalty=unk_penalty,
         attention=attention,
     )
+
+
+def _argmax(lp: Tensor) -> Tensor:
+    return lp.argmax(-1)
 
 
 def _truncate(lp: Tensor, *, top_k: int, top_p: float) -> Tensor:

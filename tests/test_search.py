@@ -760,3 +760,36 @@ def test_fused_candidates_fall_back_on_nan_and_ngrams(monkeypatch):
             assert torch.equal(e, f)
         assert not ((fused[1] == 1) & (fused[2] == 7) & fused[0].isfinite()).any()
     assert not lp.isfinite().all()  # the input was not modified
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        {},
+        {"unk_id": UNK, "unk_penalty": -30.0},
+        {"unk_id": UNK, "unk_penalty": 2.0},
+        {"min_len": 9},
+    ],
+)
+def test_greedy_pick_is_the_argmax_of_the_constrained_row(rules):
+    V = 300
+    gen = torch.Generator().manual_seed(9)
+    lp = (torch.randn(8, V, generator=gen) * 3).log_softmax(-1)
+    lp[0, PAD] = lp[1, BOS] = 0.0  # banned tokens on top of the raw ranking
+    lp[2, 40] = lp[2, 17] = lp[2].max() + 1  # a tie: the lower id wins, as with argmax
+    lp[3, UNK] = lp[3].max()
+    lp[4, EOS] = lp[4].max() + 0.5
+    prefix = torch.full((8, 4), A)
+    prefix[:, 0] = BOS
+    max_lens = torch.tensor([9, 9, 9, 9, 9, 9, 4, 9])  # row 6: forced EOS
+    kw = dict(min_len=rules.get("min_len", 1), no_repeat_ngram=0)
+    kw.update(unk_id=rules.get("unk_id"), unk_penalty=rules.get("unk_penalty", 0.0))
+    tok, tok_lp = search_module._greedy_pick(lp, prefix, max_lens, **SPECIAL, **kw)
+    exact = search_module._constrain(lp, prefix, max_lens, **SPECIAL, **kw)
+    assert torch.equal(tok, exact.argmax(-1))
+    assert torch.equal(tok_lp, exact.gather(1, tok[:, None]).squeeze(1))
+    assert tok[6] == EOS and (tok[2] == 17 or rules.get("unk_penalty", 0) < 0)
+    # a row whose maximum ties beyond the columns looked at: the exact path decides
+    flat = torch.full((2, V), -math.log(V))
+    plain = dict(min_len=1, no_repeat_ngram=0, unk_id=None, unk_penalty=0.0)
+    assert search_module._greedy_pick(flat, prefix[:2], max_lens[:2], **SPECIAL, **plain) is None
