@@ -107,6 +107,7 @@ class KVCache:
         self.capacity = max(capacity, 1)
         self.length = 0
         self._bufs: list[Tensor] | None = None  # 2 per layer: K, V (flat)
+        self._grids: list[Tensor] = []  # the same as (capacity, N, H, Dh) views
         self._spare: list[Tensor] | None = None  # recycled buffers for the next select
         self._head_shape = (0, 0)  # (H, Dh)
 
@@ -114,10 +115,13 @@ class KVCache:
         h, dh = self._head_shape
         return buf[: capacity * rows * h * dh].view(capacity, rows, h, dh)  # (cap, N, H, Dh)
 
+    def _set_bufs(self, bufs: list[Tensor]) -> None:
+        self._bufs = bufs
+        self._grids = [self._view(b, self.capacity, self.rows) for b in bufs]
+
     def _filled(self, j: int, length: int) -> Tensor:
         """Buffer ``j`` (layer j // 2, K if j is even else V) as (length, N, H, Dh)."""
-        assert self._bufs is not None
-        return self._view(self._bufs[j], self.capacity, self.rows)[:length]
+        return self._grids[j][:length]
 
     def _size(self, capacity: int, rows: int) -> int:
         return capacity * rows * self._head_shape[0] * self._head_shape[1]
@@ -155,7 +159,7 @@ class KVCache:
         """The buffers, for keys shaped like ``like`` (N, H, T, Dh)."""
         self._head_shape = (like.size(1), like.size(3))
         size = self._size(self.capacity, self.rows)
-        self._bufs = [like.new_empty(size) for _ in range(2 * self.n_layers)]
+        self._set_bufs([like.new_empty(size) for _ in range(2 * self.n_layers)])
 
     def _reserve(self, length: int) -> None:
         """Room for ``length`` positions: double the capacity, keeping what is filled."""
@@ -166,7 +170,8 @@ class KVCache:
             new = old.new_empty(self._size(capacity, self.rows))
             self._view(new, capacity, self.rows)[: self.length].copy_(self._filled(j, self.length))
             bufs.append(new)
-        self._bufs, self._spare, self.capacity = bufs, None, capacity
+        self._spare, self.capacity = None, capacity
+        self._set_bufs(bufs)
 
     def write(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Store a layer's new positions at the frontier; return its (K, V) including them.
@@ -188,9 +193,12 @@ class KVCache:
             self._reserve(end)
         out = []
         for j, x in ((2 * layer, k), (2 * layer + 1, v)):
-            filled = self._filled(j, end)  # (end, N, H, Dh)
-            filled[self.length :].copy_(x.permute(2, 0, 1, 3))
-            out.append(filled.permute(1, 2, 0, 3))
+            grid = self._grids[j]  # (capacity, N, H, Dh)
+            if end == self.length + 1:  # one step: a (N, H, Dh) slice
+                grid[self.length].copy_(x.select(2, 0))
+            else:
+                grid[self.length : end].copy_(x.permute(2, 0, 1, 3))
+            out.append(grid[:end].permute(1, 2, 0, 3))
         return out[0], out[1]
 
     def advance(self, t: int) -> None:
@@ -214,10 +222,10 @@ class KVCache:
         bufs = self._spare if recycle else None
         if bufs is None or bufs[0].numel() < need:
             bufs = [b.new_empty(need) for b in self._bufs]
-        for j, dst in enumerate(bufs):
-            filled = self._view(dst, self.capacity, rows)[: self.length]  # contiguous
-            torch.index_select(self._filled(j, self.length), 1, index, out=filled)
-        out._bufs = bufs
+        out._set_bufs(bufs)
+        for j, dst in enumerate(out._grids):
+            # dst[:length] is contiguous: the index_select writes it directly
+            torch.index_select(self._filled(j, self.length), 1, index, out=dst[: self.length])
         if recycle:
             out._spare, self._spare = self._bufs, None
             self.length = -1  # spent: no state holds it any more (see holds)
