@@ -3,7 +3,8 @@
 
 Engines: ``torch`` (KV cache), ``torch-nocache`` (recomputes the whole prefix every step: the
 baseline the cache is measured against), and the exports ``ctranslate2`` (float32),
-``ctranslate2-int8`` and ``onnx`` (made from MODEL_DIR into a temporary folder). Each (engine, search) runs in its own subprocess, so
+``ctranslate2-int8`` and ``onnx`` (made from MODEL_DIR into a temporary folder). Not run unless
+named in ``--engines``: ``torch-int8`` and ``torch-bf16`` (the torch engine's precisions). Each (engine, search) runs in its own subprocess, so
 each peak-memory reading (max RSS) is its own; the time covers translating the test set after
 loading and a short warm-up (detokenization included). ``--rounds`` repeats the whole set of
 measurements, engines interleaved, and reports medians: on a shared 2-core machine one run of
@@ -94,7 +95,7 @@ def main() -> None:
         src_file.write_text("".join(s + "\n" for s in src), encoding="utf-8")
         dirs = {}
         for engine in engines:
-            if engine in ("torch", "torch-nocache"):
+            if engine.startswith("torch"):
                 dirs[engine] = (args.model_dir, engine)
             else:
                 engine_dir, runtime, _ = export_for(engine, args.model_dir, tmp / engine)
@@ -146,7 +147,7 @@ def main() -> None:
 
     if speedup := ratio("torch", "torch-nocache"):
         print(f"KV cache speed-up, beam 5: {speedup}")
-    for engine in ("ctranslate2", "ctranslate2-int8"):
+    for engine in ("ctranslate2", "ctranslate2-int8", "torch-int8", "torch-bf16"):
         if r := ratio(engine, "torch"):
             print(f"{engine} / torch, beam 5: {r}")
     if args.json:

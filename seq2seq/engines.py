@@ -539,10 +539,15 @@ def load_torch(
     """``model_dir`` is a model directory written by ``seq2seq train`` or ``seq2seq average``.
 
     ``precision``: see :class:`TorchEngine` (``torch-bf16`` and ``torch-int8`` in ENGINES).
+    On the CPU this also makes the process keep freed memory for reuse
+    (:func:`seq2seq.cpu_memory.keep_freed_memory`).
     """
+    from seq2seq.cpu_memory import keep_freed_memory
     from seq2seq.modeldir import load_model_dir
     from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
+    if torch.device(device).type == "cpu":
+        keep_freed_memory()  # a beam step's (N, V) tensors would be faulted in anew each step
     loaded = load_model_dir(model_dir, device=device)
     engine = TorchEngine(
         loaded.model,
