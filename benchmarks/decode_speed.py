@@ -35,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import seq2seq  # noqa: F401  before export_parity (which puts this checkout first on sys.path)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from export_parity import export_for, load_test_set  # noqa: E402

@@ -40,6 +40,8 @@ from pathlib import Path
 
 import torch
 
+import seq2seq  # noqa: F401  before export_parity (which puts this checkout first on sys.path)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from export_parity import load_test_set  # noqa: E402
