@@ -120,7 +120,8 @@ class TorchEngine:
     (CPU only: every linear layer, the output projection included, becomes
     ``torch.ao.quantization``'s dynamically quantized linear layer: int8 weights, activations
     quantized per call; embeddings, norms and attention stay float32). The README's Benchmarks
-    section gives their speed and BLEU.
+    section says what was measured of their speed; their BLEU change was not measured yet
+    (``benchmarks/export_parity.py MODEL_DIR --engines torch-int8,torch-bf16``).
     """
 
     def __init__(
