@@ -162,6 +162,10 @@ def _constrain(
     rows at their max length may only emit EOS. The forced EOS wins over ``min_len`` (fairseq
     would leave no token at all there; it asserts ``min_len <= max_len`` instead).
 
+    Beam and greedy search mostly skip this function (:func:`_fused_columns` applies the same
+    rules to a few columns per row): a rule added here must be added to
+    :func:`_constrain_columns` too, or make :func:`_fused_columns` return None when it applies.
+
     Args:
         log_probs: (N, V) from the step function; half precision is promoted to float32.
         prefix: (N, t+1) tokens so far, BOS first.
