@@ -281,8 +281,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
         default="torch",
-        choices=["torch", "torch-nocache", "ctranslate2", "onnx"],
-        help="inference engine (default: torch); with ctranslate2 or onnx, MODEL_DIR is the "
+        choices=["torch", "torch-nocache", "torch-bf16", "torch-int8", "ctranslate2", "onnx"],
+        help="inference engine (default: torch; torch-bf16 and torch-int8 run the model in "
+        "bfloat16 or with int8 linear layers); with ctranslate2 or onnx, MODEL_DIR is the "
         "folder `seq2seq export --format ctranslate2|onnx` wrote",
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
