@@ -3,7 +3,8 @@
 
 Engines: ``torch`` (KV cache), ``torch-nocache`` (recomputes the whole prefix every step: the
 baseline the cache is measured against), and the exports ``ctranslate2`` (float32),
-``ctranslate2-int8`` and ``onnx`` (made from MODEL_DIR into a temporary folder). Each (engine, search) runs in its own subprocess, so
+``ctranslate2-int8`` and ``onnx`` (made from MODEL_DIR into a temporary folder). Not run unless
+named in ``--engines``: ``torch-int8`` and ``torch-bf16`` (the torch engine's precisions). Each (engine, search) runs in its own subprocess, so
 each peak-memory reading (max RSS) is its own; the time covers translating the test set after
 loading and a short warm-up (detokenization included). ``--rounds`` repeats the whole set of
 measurements, engines interleaved, and reports medians: on a shared 2-core machine one run of
@@ -12,7 +13,13 @@ an engine can be 10-20% off its neighbour.
     python benchmarks/decode_speed.py runs/demo/averaged --mirror ../shared/data/multi30k
 
 Columns: sentences/s (median, and the range over rounds), target tokens/s (SentencePiece
-pieces of the outputs, EOS included), peak RSS in MiB.
+pieces of the outputs, EOS included), peak RSS in MiB. Then how many outputs of each engine are
+those of the torch engine, word for word.
+
+``--baseline DIR`` adds the engine ``torch-baseline``: the torch engine of another checkout of
+seq2seq (DIR holds its ``seq2seq`` package, e.g. ``git worktree add /tmp/base main``), run in the
+same rounds, so that a change's speed-up and whether it changed any output are measured in one
+run.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import seq2seq  # noqa: F401  before export_parity (which puts this checkout first on sys.path)
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from export_parity import export_for, load_test_set  # noqa: E402
@@ -36,7 +45,9 @@ ENGINES = ("torch", "torch-nocache", "ctranslate2", "ctranslate2-int8", "onnx")
 SEARCHES = {"greedy": {"method": "greedy"}, "beam5": {"method": "beam", "beam_size": 5}}
 
 
-def measure(engine_dir: Path, engine: str, search: str, src: list[str], threads: int) -> dict:
+def measure(
+    engine_dir: Path, engine: str, search: str, src: list[str], threads: int, out_file: Path | None
+) -> dict:
     """One timed translation of ``src`` (run inside the child process)."""
     import torch
 
@@ -49,6 +60,8 @@ def measure(engine_dir: Path, engine: str, search: str, src: list[str], threads:
     hyps = translator.translate(src)
     seconds = time.perf_counter() - start
     tokens = sum(len(ids) + 1 for ids in translator.tokenizer.encode_tgt(hyps))
+    if out_file is not None:
+        out_file.write_text(json.dumps(hyps), encoding="utf-8")
     return {
         "sentences_per_s": len(src) / seconds,
         "tokens_per_s": tokens / seconds,
@@ -73,17 +86,23 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3, help="interleaved repeats (median reported)")
     p.add_argument("--json", help="also write the numbers to this file")
+    p.add_argument("--baseline", type=Path, help="another checkout's root: adds torch-baseline")
     p.add_argument("--child", nargs=3, metavar=("DIR", "ENGINE", "SEARCH"), help=argparse.SUPPRESS)
     p.add_argument("--src-file", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--out-file", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
 
     if args.child:  # one measurement; JSON on the last stdout line
         src = args.src_file.read_text(encoding="utf-8").split("\n")[:-1]
         engine_dir, engine, search = args.child
-        print(json.dumps(measure(Path(engine_dir), engine, search, src, args.threads)))
+        result = measure(Path(engine_dir), engine, search, src, args.threads, args.out_file)
+        print(json.dumps(result))
         return
 
     engines = args.engines.split(",")
+    if args.baseline is not None:
+        engines.insert(engines.index("torch") + 1 if "torch" in engines else 0, "torch-baseline")
+    outputs: dict[tuple[str, str], list[str]] = {}  # (engine, search) -> first round's output
     runs: dict[tuple[str, str], list[dict]] = {}  # (engine, search) -> one result per round
     with tempfile.TemporaryDirectory(prefix="decode-speed-") as tmp:
         tmp = Path(tmp)
@@ -94,7 +113,9 @@ def main() -> None:
         src_file.write_text("".join(s + "\n" for s in src), encoding="utf-8")
         dirs = {}
         for engine in engines:
-            if engine in ("torch", "torch-nocache"):
+            if engine == "torch-baseline":
+                dirs[engine] = (args.model_dir, "torch")
+            elif engine.startswith("torch"):
                 dirs[engine] = (args.model_dir, engine)
             else:
                 engine_dir, runtime, _ = export_for(engine, args.model_dir, tmp / engine)
@@ -105,13 +126,22 @@ def main() -> None:
             for engine in engines:
                 engine_dir, runtime = dirs[engine]
                 for search in SEARCHES:
+                    out_file = tmp / f"{engine}-{search}.json"
                     cmd = [sys.executable, __file__, str(args.model_dir), "--threads", str(args.threads),
-                           "--child", str(engine_dir), runtime, search, "--src-file", str(src_file)]  # fmt: skip
-                    out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+                           "--child", str(engine_dir), runtime, search, "--src-file", str(src_file),
+                           "--out-file", str(out_file)]  # fmt: skip
+                    env = dict(os.environ)
+                    if engine == "torch-baseline":  # the other checkout's seq2seq first
+                        env["PYTHONPATH"] = os.pathsep.join(
+                            [str(args.baseline.resolve()), env.get("PYTHONPATH", "")]
+                        ).rstrip(os.pathsep)
+                    out = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
                     if out.returncode:
                         sys.exit(f"{engine} {search} failed:\n{out.stderr[-3000:]}")
                     result = json.loads(out.stdout.strip().splitlines()[-1])
                     runs.setdefault((engine, search), []).append(result)
+                    if rnd == 0:
+                        outputs[engine, search] = json.loads(out_file.read_text("utf-8"))
                     print(f"  round {rnd + 1}: {engine} {search}: "
                           f"{result['sentences_per_s']:.1f} sent/s", flush=True)  # fmt: skip
 
@@ -146,9 +176,16 @@ def main() -> None:
 
     if speedup := ratio("torch", "torch-nocache"):
         print(f"KV cache speed-up, beam 5: {speedup}")
-    for engine in ("ctranslate2", "ctranslate2-int8"):
+    if speedup := ratio("torch", "torch-baseline"):
+        print(f"torch / torch-baseline, beam 5: {speedup}")
+    for engine in ("ctranslate2", "ctranslate2-int8", "torch-int8", "torch-bf16"):
         if r := ratio(engine, "torch"):
             print(f"{engine} / torch, beam 5: {r}")
+    for (engine, search), hyps in outputs.items():
+        ref = outputs.get(("torch", search))
+        if engine != "torch" and ref is not None:
+            same = sum(a == b for a, b in zip(hyps, ref))
+            print(f"{engine} {search}: {same} of {len(ref)} outputs identical to torch's")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2), encoding="utf-8")
 

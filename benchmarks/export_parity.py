@@ -54,8 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--engines",
         default=",".join(ENGINES),
-        help="comma-separated: torch, ctranslate2, ctranslate2-QUANT (int8, int8_float32, "
-        f"float16), onnx (default: {','.join(ENGINES)})",
+        help="comma-separated: torch, torch-int8, torch-bf16, ctranslate2, ctranslate2-QUANT "
+        f"(int8, int8_float32, float16), onnx (default: {','.join(ENGINES)})",
     )
     p.add_argument("--threads", type=int, default=2, help="CPU threads for every engine (2)")
     p.add_argument("--beam", type=int, default=5, help="beam size of the BLEU run (5)")
@@ -90,6 +90,8 @@ def export_for(engine: str, model_dir: Path, export_dir: Path) -> tuple[Path, st
     """(folder, runtime engine name, quantization) for a benchmark engine name."""
     if engine == "torch":
         return model_dir, "torch", "float32"
+    if engine in ("torch-int8", "torch-bf16"):  # the torch engine's other precisions
+        return model_dir, engine, engine.partition("-")[2]
     if engine == "onnx":
         out = export_dir / "onnx"
         if not out.exists():

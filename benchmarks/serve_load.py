@@ -268,7 +268,11 @@ def read_test_source(model_dir: Path, mirror: str | None, split: str) -> list[st
     SOURCE, TARGET = src_lang, tgt_lang
     if not mirror:
         sys.exit("give --mirror DIR (or SEQ2SEQ_MIRROR): the Multi30K mirror")
-    path = Path(mirror) / "data" / "task1" / "raw" / f"{split}.{src_lang}.gz"
+    # A mirror root holds one folder per source (multi30k/); a Multi30K mirror is that folder.
+    rel = Path("data") / "task1" / "raw" / f"{split}.{src_lang}.gz"
+    path = Path(mirror) / "multi30k" / rel
+    if not path.is_file():
+        path = Path(mirror) / rel
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
 

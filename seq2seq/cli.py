@@ -58,7 +58,11 @@ def _prepare(sub) -> None:
     p.add_argument("corpus", nargs="?", help="registered corpus name (see --list)")
     p.add_argument("--list", action="store_true", help="list the registered corpora and exit")
     p.add_argument("--pair", default="en-de", help="src-tgt language pair (default en-de)")
-    p.add_argument("--variant", default="raw", help="raw (default) or tok (Multi30K)")
+    p.add_argument(
+        "--variant",
+        default="raw",
+        help="raw (default), tok (Multi30K), fairseq (IWSLT14), norm (WMT14): see --list",
+    )
     p.add_argument("--splits", help="comma-separated splits (default: every available split)")
     p.add_argument("--out", help="output directory")
     p.add_argument(
@@ -277,8 +281,9 @@ def _add_search_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--engine",
         default="torch",
-        choices=["torch", "torch-nocache", "ctranslate2", "onnx"],
-        help="inference engine (default: torch); with ctranslate2 or onnx, MODEL_DIR is the "
+        choices=["torch", "torch-nocache", "torch-bf16", "torch-int8", "ctranslate2", "onnx"],
+        help="inference engine (default: torch; torch-bf16 and torch-int8 run the model in "
+        "bfloat16 or with int8 linear layers); with ctranslate2 or onnx, MODEL_DIR is the "
         "folder `seq2seq export --format ctranslate2|onnx` wrote",
     )
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")

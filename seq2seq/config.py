@@ -50,13 +50,34 @@ class DataConfig:
     pair: str = "en-de"
     """``src-tgt`` language pair, e.g. ``en-de``."""
     variant: str = "raw"
-    """Corpus variant: ``raw`` (cased, untokenized) or ``tok`` (Multi30K lowercased tokenized)."""
+    """Corpus variant: ``raw`` (cased, untokenized), ``tok`` (Multi30K lowercased tokenized),
+    ``fairseq`` (IWSLT14 as fairseq's prepare-iwslt14.sh writes it), ``norm`` (WMT14 training text
+    punctuation-normalized as prepare-wmt14en2de.sh); ``seq2seq prepare --list`` shows each
+    corpus' variants."""
     train_split: str = "train"
     valid_split: str = "val"
     test_splits: tuple[str, ...] = ("test_2016_flickr",)
     train_prefix: str | None = None
-    """With ``corpus: files``: path prefix of the training files (``PREFIX.src`` / ``PREFIX.tgt``)."""
+    """With ``corpus: files``: the training text. Either a prefix of two line-aligned files named
+    by the pair's language codes (``data/train`` -> ``data/train.en`` + ``data/train.de`` for
+    ``pair: en-de``), or one tab-separated file with a sentence pair a line (``data/train.tsv``;
+    columns from ``tsv_columns``)."""
     valid_prefix: str | None = None
+    """With ``corpus: files``: the validation text, as ``train_prefix``. ``test_splits`` are
+    prefixes (or TSV files) of the same kind."""
+    tsv_columns: tuple[int, int] = (0, 1)
+    """0-based columns of the source and target sentence in tab-separated pair files (Tatoeba's
+    ``id, text, id, text`` exports: ``[1, 3]``)."""
+    spm_model: str | None = None
+    """Reuse this SentencePiece model (a ``spm.model`` file, or a directory with ``spm.model`` or
+    ``spm.src.model`` + ``spm.tgt.model``) instead of training one; ``vocab_size`` and
+    ``spm_type`` are then not used."""
+    dedup: str = "none"
+    """Cleaning: ``pairs`` drops exact duplicate training pairs, ``sources`` drops pairs whose
+    source was seen before, ``none`` keeps them (see seq2seq/cleaning.py)."""
+    langid: bool = False
+    """Cleaning: drop training pairs whose sides py3langid assigns to other languages than
+    ``pair`` names (needs the ``langid`` extra)."""
     max_train_pairs: int = 0
     """Use only the first N training pairs (0 = all); for quick experiments and tests."""
     max_valid_pairs: int = 0

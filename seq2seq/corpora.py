@@ -1,40 +1,52 @@
 """Registry of public parallel corpora: where their files are, how to check and extract them.
 
-A :class:`Corpus` lists its downloadable files (:class:`RemoteFile`: a path relative to a base
-URL and its sha256) and, for every ``(variant, split, language)``, the :class:`Part` s whose
-lines, concatenated, make that side of the split (a file, or a member of a ``.tgz``/``.zip``
-archive, in plain text, WMT "fake SGML" or IWSLT ``train.tags`` format).
+A :class:`Corpus` lists its downloadable files (:class:`RemoteFile`: a path below a
+:class:`Source` and its checksum) and, for every ``(variant, split, language)``, the
+:class:`Part` s whose lines, concatenated, make that side of the split (a file, or a member of a
+``.tgz``/``.zip`` archive, in plain text, WMT/IWSLT SGML-XML or IWSLT ``train.tags`` format).
+A split whose files differ by direction (sacreBLEU's WMT test sets: ``de-en`` reads
+``src.de`` + ``ref.en``, ``en-de`` reads ``src.en`` + ``ref.de``) lists them per direction in
+:attr:`Corpus.directed`. A split may then go through the text steps of a reference script
+(:mod:`seq2seq.reference_steps`: Moses tokenization, ``clean-corpus-n.perl``, lowercasing,
+fairseq's every-23rd-line validation split...), listed in :attr:`Corpus.steps`. Every split's
+:attr:`Corpus.cites` entry names the line of the script, or the sacreBLEU definition, it mirrors.
 
 Where files come from:
 
 - the cache directory (``cache_dir``; default ``$SEQ2SEQ_CACHE`` or ``~/.cache/seq2seq``), where
-  downloads land as ``CACHE/CORPUS/PATH``. A download is written to ``PATH.part`` and resumed
-  with an HTTP ``Range`` request when it was interrupted; it is checked against its sha256 and only
-  then renamed (atomically) to ``PATH``. A file whose sum does not match is deleted and reported
-  with both sums, so a bad file is never used nor kept.
-- or an offline mirror (``mirror``; default ``$SEQ2SEQ_MIRROR``): a local folder holding the same
-  relative paths as the base URL. A mirror *replaces* the network: a file missing from it is
-  "not available" (nothing is downloaded). Mirror files are checked against their sha256 too.
+  downloads land as ``CACHE/SOURCE/PATH``. A download is written to ``PATH.part`` and resumed
+  with an HTTP ``Range`` request when it was interrupted; it is checked against its sha256 (or
+  the md5 sacreBLEU publishes, where no sha256 is known) and only then renamed (atomically) to
+  ``PATH``. A file whose sum does not match is deleted and reported with both sums.
+- or an offline mirror (``mirror``; default ``$SEQ2SEQ_MIRROR``), in either of two forms: a
+  *root* holding one folder per source, ``ROOT/<source>/PATH`` (``multi30k/``, ``wit3/``,
+  ``fairseq/``, ``statmt/``, ``opus/``: :func:`list_sources`), so one setting serves every
+  corpus; or one source's folder itself, ``DIR/PATH`` (the older one-corpus form). A mirror
+  *replaces* the network: a file missing from it is "not available" (nothing is downloaded).
+  Mirror files are checked against their checksums too.
 
-Files whose sha256 is unknown (``None`` in the registry: the larger benchmarks, and the Multi30K
-test sets that are not in our reference mirror) are accepted unverified with an
-:class:`UnverifiedFileWarning`.
+Files without a known checksum are accepted unverified with an :class:`UnverifiedFileWarning`.
 
 :func:`prepare_corpus` writes each available split as plain UTF-8 text files
 ``OUT/{split}.{lang}`` (one sentence per line, the two sides line-aligned); ``seq2seq prepare`` is
-its command-line face. Validation of the text itself (UTF-8, empty lines, lengths) happens when it
-is read (:mod:`seq2seq.data`).
+its command-line face. Both sides of a split are written to temporary files and renamed into
+place only once they have the same number of lines, so a failed prepare never leaves a
+mismatched pair behind. Validation of the text itself (UTF-8, empty lines, lengths) happens when
+it is read (:mod:`seq2seq.data`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import http.client
 import json
 import os
 import re
+import shutil
 import tarfile
+import tempfile
 import urllib.error
 import urllib.request
 import warnings
@@ -46,6 +58,17 @@ from typing import BinaryIO
 
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_open, sha256_file
+from seq2seq.reference_steps import (
+    CleanCorpus,
+    EveryNth,
+    Lowercase,
+    MosesTokenize,
+    NormalizePunctuation,
+    RemoveNonPrinting,
+    Replace,
+    Step,
+    run_steps,
+)
 
 __all__ = [
     "ChecksumError",
@@ -53,6 +76,7 @@ __all__ = [
     "NotAvailableError",
     "Part",
     "RemoteFile",
+    "Source",
     "UnverifiedFileWarning",
     "default_cache_dir",
     "default_mirror",
@@ -60,12 +84,13 @@ __all__ = [
     "fetch",
     "get_corpus",
     "list_corpora",
+    "list_sources",
     "parse_pair",
     "prepare_corpus",
 ]
 
 _CHUNK = 1 << 20
-_FORMATS = ("text", "sgm", "iwslt_tags")
+_FORMATS = ("text", "sgm", "iwslt_tags", "fairseq_seg")
 
 
 class NotAvailableError(UserError):
@@ -73,11 +98,24 @@ class NotAvailableError(UserError):
 
 
 class ChecksumError(UserError):
-    """A file's sha256 differs from the registered one (the file is not used)."""
+    """A file's checksum differs from the registered one (the file is not used)."""
 
 
 class UnverifiedFileWarning(UserWarning):
-    """A file was used without checking it, because the registry has no sha256 for it."""
+    """A file was used without checking it, because the registry has no checksum for it."""
+
+
+@dataclass(frozen=True)
+class Source:
+    """A place files are downloaded from; also the folder name of a mirror root.
+
+    Attributes:
+        name: Folder of a mirror root (``ROOT/<name>/PATH``) and of the cache.
+        base_url: URL every :attr:`RemoteFile.path` of this source is relative to.
+    """
+
+    name: str
+    base_url: str
 
 
 @dataclass(frozen=True)
@@ -85,15 +123,17 @@ class RemoteFile:
     """One downloadable file.
 
     Attributes:
-        path: Path relative to the base URL; also its path inside a mirror and the cache.
-        sha256: Hex digest, or None when unknown (then the file is used unverified, with a warning).
-        base_url: A base URL for this file alone (a file hosted elsewhere than the corpus' other
-            files); None means the corpus' ``base_url``.
+        path: Path relative to the source's base URL; also its path inside a mirror and the cache.
+        sha256: Hex digest, or None when unknown.
+        source: Where the file lives; None means the corpus' own source.
+        md5: Hex md5 (the checksum sacreBLEU's dataset definitions publish), checked when no
+            sha256 is known. With neither, the file is used unverified, with a warning.
     """
 
     path: str
     sha256: str | None
-    base_url: str | None = None
+    source: Source | None = None
+    md5: str | None = None
 
 
 @dataclass(frozen=True)
@@ -103,11 +143,21 @@ class Part:
     Attributes:
         file: The downloaded file.
         member: Path of a member inside ``file`` when it is a ``.tgz``/``.tar``/``.zip`` archive.
-        format: ``text`` (one sentence a line, gzip detected from its magic bytes), ``sgm`` (WMT
-            and IWSLT XML: the text of each ``<seg ...>`` line, whitespace collapsed, as sacreBLEU
-            reads it) or ``iwslt_tags`` (IWSLT ``train.tags`` files, filtered like fairseq's
-            ``prepare-iwslt14.sh``: lines with ``<url>``, ``<talkid>`` or ``<keywords>`` dropped,
-            ``<title>``/``<description>`` tags removed).
+        format: How its lines become sentences:
+
+            - ``text``: one sentence a line, copied byte for byte (gzip detected from its magic
+              bytes).
+            - ``sgm``: WMT "fake SGML" and IWSLT XML, as sacreBLEU reads them
+              (``sacrebleu/dataset/fake_sgml.py``): a line starting with ``<seg `` gives
+              ``re.sub(r"<seg.*?>(.*)</seg>.*?", r"\\1", line)`` with whitespace collapsed
+              on the decoded text (``re.sub(r"\\s+", " ", s.strip())``, which also collapses
+              U+00A0, U+2009 and other Unicode spaces); other lines are skipped.
+            - ``iwslt_tags``: IWSLT ``train.tags`` files as prepare-iwslt14.sh filters them
+              (``grep -v '<url>' | grep -v '<talkid>' | grep -v '<keywords>'``, then
+              ``<title>``/``<description>`` tags removed by ``sed``).
+            - ``fairseq_seg``: IWSLT XML as prepare-iwslt14.sh extracts valid/test data
+              (``grep '<seg id' | sed -e 's/<seg id="[0-9]*">\\s*//g' |
+              sed -e 's/\\s*<\\/seg>\\s*//g'``; sed's ``\\s`` taken as ASCII whitespace).
     """
 
     file: RemoteFile
@@ -126,14 +176,23 @@ class Corpus:
     Attributes:
         name: Registry name (``multi30k``).
         description: One line for ``seq2seq prepare --list``.
-        base_url: URL that every :attr:`RemoteFile.path` is relative to (unless the file has its own).
+        base_url: URL of the corpus' own source (files without a ``source`` of their own).
         languages: Languages; any ordered pair of two of them is a valid ``pair``.
-        variants: Text variants (``raw``; Multi30K also has ``tok``).
+        variants: Text variants (``raw``; Multi30K also has ``tok``, IWSLT14 ``fairseq``).
         splits: Split names in their natural order (training split first).
         layout: ``(variant, split, lang) -> parts`` whose lines, concatenated, form that side.
-            A ``(split, lang)`` missing here does not exist upstream.
-        line_counts: Documented number of sentences of some splits; a prepared split whose count
-            differs gets a warning (the sha256 is the real check).
+            A ``(split, lang)`` missing here (and in ``directed``) does not exist upstream.
+        line_counts: Documented number of sentences of some splits (key ``split`` or
+            ``split:src-tgt``); a prepared split whose count differs gets a warning.
+        directed: ``(variant, split, "src-tgt", lang) -> parts`` for splits whose files depend
+            on the direction; looked up before ``layout``.
+        steps: ``(variant, split) -> steps`` applied to the extracted pairs (see
+            :mod:`seq2seq.reference_steps`). Splits that end in an :class:`EveryNth` over the same
+            parts and earlier steps (fairseq's train/valid) are written in one pass.
+        tokenized_variants: Variants whose text is tokenized and lowercased (models trained on
+            them are scored with ``--tokenized-lc``).
+        source_name: Folder of the corpus' own source in a mirror root (default: ``name``).
+        cites: ``split -> where its definition comes from`` (script line, sacreBLEU name).
     """
 
     name: str
@@ -144,18 +203,47 @@ class Corpus:
     splits: tuple[str, ...]
     layout: Mapping[tuple[str, str, str], tuple[Part, ...]]
     line_counts: Mapping[str, int] = field(default_factory=dict)
+    directed: Mapping[tuple[str, str, str, str], tuple[Part, ...]] = field(default_factory=dict)
+    steps: Mapping[tuple[str, str], tuple[Step, ...]] = field(default_factory=dict)
+    tokenized_variants: tuple[str, ...] = ()
+    source_name: str | None = None
+    cites: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def source(self) -> Source:
+        """The corpus' own source (the default of its files)."""
+        return Source(self.source_name or self.name, self.base_url)
+
+    def file_source(self, file: RemoteFile) -> Source:
+        """Where ``file`` lives."""
+        return file.source or self.source
+
+    def parts(self, variant: str, split: str, pair: str, lang: str) -> tuple[Part, ...] | None:
+        """The parts of one side of a split in direction ``pair``; None if it does not exist."""
+        directed = self.directed.get((variant, split, pair, lang))
+        if directed is not None:
+            return directed
+        return self.layout.get((variant, split, lang))
+
+    def has_split(self, variant: str, split: str, pair: str) -> bool:
+        """Whether ``split`` exists in ``variant`` for both languages of ``pair``."""
+        return all(self.parts(variant, split, pair, lang) is not None for lang in pair.split("-"))
 
     def files(self) -> list[RemoteFile]:
         """Every distinct file the layout uses."""
-        seen: dict[str, RemoteFile] = {}
-        for parts in self.layout.values():
+        seen: dict[tuple[str, str], RemoteFile] = {}
+        for parts in (*self.layout.values(), *self.directed.values()):
             for part in parts:
-                seen.setdefault(part.file.path, part.file)
+                seen.setdefault((self.file_source(part.file).name, part.file.path), part.file)
         return list(seen.values())
 
     def url(self, file: RemoteFile) -> str:
         """The download URL of ``file``."""
-        return (file.base_url or self.base_url).rstrip("/") + "/" + file.path
+        return self.file_source(file).base_url.rstrip("/") + "/" + file.path
+
+    def expected_lines(self, split: str, pair: str) -> int | None:
+        """The documented line count of ``split`` in direction ``pair``, if any."""
+        return self.line_counts.get(f"{split}:{pair}", self.line_counts.get(split))
 
     def summary(self) -> str:
         """One line: name, languages, variants, splits and description."""
@@ -166,10 +254,19 @@ class Corpus:
 
 
 # ---------------------------------------------------------------------------------------------
-# The registry (data). Checksums of Multi30K are those of the upstream files (identical to the
-# reference mirror's SHA256SUMS); its test_2017/test_2018 files are not in that mirror, so their
-# sums are unknown here: None (used unverified, with a warning).
+# The registry (data). Sources: their names are the folders of a mirror root.
 
+MULTI30K = Source("multi30k", "https://raw.githubusercontent.com/multi30k/dataset/master/")
+WIT3 = Source("wit3", "https://raw.githubusercontent.com/hlt-mt/WIT3/master/archive/")
+FAIRSEQ = Source("fairseq", "http://dl.fbaipublicfiles.com/fairseq/data/")
+STATMT = Source("statmt", "https://statmt.org/")
+STATMT_DATA = Source("statmt-data", "https://data.statmt.org/")
+OPUS = Source("opus", "https://object.pouta.csc.fi/")
+_SOURCES = (MULTI30K, WIT3, FAIRSEQ, STATMT, STATMT_DATA, OPUS)
+
+# Multi30K: the upstream files' sums. Those of the training, validation and 2016 test files equal
+# the reference mirror's SHA256SUMS (tests/test_corpora.py checks it); the 2017/2018 test sets are
+# not mirrored here: their sums are those of upstream commit a3d2e0d, as given in issue 21.
 _MULTI30K_SHA256 = {
     "data/task1/raw/test_2016_flickr.cs.gz": "200a4a74cc9560f051924abb9803be008d1908d77f747e9141aeb86dfd2797f1",
     "data/task1/raw/test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
@@ -195,6 +292,27 @@ _MULTI30K_SHA256 = {
     "data/task1/tok/val.lc.norm.tok.de": "97232bd273eceb7207f689527386a97e4be2616b18ada47576bdaf96c8ae1f00",
     "data/task1/tok/val.lc.norm.tok.en": "46573ce391ae227f1c72f873392436a20ef18e0a6d518098cfbd70b77c8572ec",
     "data/task1/tok/val.lc.norm.tok.fr": "b303e301aa21fe7822a846b2b3fb2d5a1121ec807cd5b1d006fb7b2b5507168a",
+    # upstream commit a3d2e0d (issue 21); not verifiable on this offline machine
+    "data/task1/raw/test_2017_flickr.en.gz": "76a444ee25172e72695cddb13ae4a3bda59430617be88e0bb46b60504f054074",
+    "data/task1/tok/test_2017_flickr.lc.norm.tok.en": "c9d1dfd7a26add989382e534af235af9f0f658b2a30e7eb0efdaf142496ee54f",
+    "data/task1/raw/test_2017_flickr.de.gz": "a2c89666db00c495cd8513b9d708d5a3acc205d7de312ef2bf5fb7ebc1540aee",
+    "data/task1/tok/test_2017_flickr.lc.norm.tok.de": "02067e4a9402786a4fcb8c1b6f4307e4a5073ced64800abead5273b54f5f31f6",
+    "data/task1/raw/test_2017_flickr.fr.gz": "3ba671ceb2299f3304ffafefea7a833d08632fbaf0ba18546f8a2ec2391af496",
+    "data/task1/tok/test_2017_flickr.lc.norm.tok.fr": "c0583117a47b31e8a6c6a97cfe8de153e462074668f4e994764fcc80b21d33b4",
+    "data/task1/raw/test_2017_mscoco.en.gz": "aab300bfb4427697987e02cd0aacd44bfe8aa50456231b6474c08038bbed2b58",
+    "data/task1/tok/test_2017_mscoco.lc.norm.tok.en": "fe69ae004d71c42ead0301e70c57de5b1b6b5fb7f52210d42b22801e98e656f3",
+    "data/task1/raw/test_2017_mscoco.de.gz": "799e4854c25d601cb6cb6be29eabe5667734c61ace2f495e03e429031a0bc338",
+    "data/task1/tok/test_2017_mscoco.lc.norm.tok.de": "e2825990b8a4e5289d2cdba801d57c187810bab9b4f5d87a30c35800a0d871b6",
+    "data/task1/raw/test_2017_mscoco.fr.gz": "754f3072ba9f124569ba5258b32730fc1d214bbf8e0c6dfb2b74401676220db0",
+    "data/task1/tok/test_2017_mscoco.lc.norm.tok.fr": "0b6a4620f02b6b9acf7811fda23f90fed9c6baa0b96aa224db50a273078c84d1",
+    "data/task1/raw/test_2018_flickr.en.gz": "ef4f4844037d4c5dea75c9a8ed5fd78905967a26f67c255e230cc9780032654d",
+    "data/task1/tok/test_2018_flickr.lc.norm.tok.en": "a66e25cbb8323d74a40873dcd222659f39e30ee7687a6ed5445833aed0673239",
+    "data/task1/raw/test_2018_flickr.de.gz": "ddd0130c7d97482dc5197a02141dae8dd79f20f03586c480d675c09a32daf608",
+    "data/task1/tok/test_2018_flickr.lc.norm.tok.de": "45ce6b121708adf538d3a8c71dc1acbcb1e0f2bca74ace8e58652f9ea5b96335",
+    "data/task1/raw/test_2018_flickr.fr.gz": "fb2b83fcceb937a4f7e3e93c1c51c22aba92f1e342391e6b5ba392b16a920501",
+    "data/task1/tok/test_2018_flickr.lc.norm.tok.fr": "22d44a4ba21e050f218399f2c4f9e1a36875f209820c1f1c9af5b76a2947a71c",
+    "data/task1/raw/test_2018_flickr.cs.gz": "7d0a9db904f94c554a8c58049a9f3a5357c27f46cc3d710d70cb0b4a2585b8c2",
+    "data/task1/tok/test_2018_flickr.lc.norm.tok.cs": "09a4987a524dea4852ccfef35329281b2cd577780691b732341ccecc4015aa4c",
 }
 
 # Which languages each Multi30K task-1 split has upstream (github.com/multi30k/dataset).
@@ -217,10 +335,11 @@ def _multi30k() -> Corpus:
                 ("tok", f"data/task1/tok/{split}.lc.norm.tok.{lang}"),
             ):
                 layout[variant, split, lang] = (Part(RemoteFile(path, _MULTI30K_SHA256.get(path))),)
+    upstream = "github.com/multi30k/dataset data/task1/raw/{split}.{lang}.gz (tok: tok/{split}.lc.norm.tok.{lang})"
     return Corpus(
         name="multi30k",
         description="Multi30K task 1, image captions (Elliott et al., 2016)",
-        base_url="https://raw.githubusercontent.com/multi30k/dataset/master/",
+        base_url=MULTI30K.base_url,
         languages=("en", "de", "fr", "cs"),
         variants=("raw", "tok"),
         splits=tuple(_MULTI30K_SPLITS),
@@ -233,122 +352,259 @@ def _multi30k() -> Corpus:
             "test_2017_mscoco": 461,
             "test_2018_flickr": 1071,
         },
+        tokenized_variants=("tok",),
+        cites={
+            **{split: upstream.format(split=split, lang="LANG") for split in _MULTI30K_SPLITS},
+            "test_2016_flickr": "sacreBLEU multi30k/2016 (the same raw files); "
+            + upstream.format(split="test_2016_flickr", lang="LANG"),
+            "test_2017_flickr": "sacreBLEU multi30k/2017; "
+            + upstream.format(split="test_2017_flickr", lang="LANG"),
+            "test_2018_flickr": "sacreBLEU multi30k/2018; "
+            + upstream.format(split="test_2018_flickr", lang="LANG"),
+        },
     )
 
 
-# The larger benchmarks: their checksums are not known here (None: used unverified, with a
-# warning). URLs are those of fairseq's preparation scripts and of sacreBLEU's test sets.
-
-_WIT3 = "https://raw.githubusercontent.com/hlt-mt/WIT3/master/archive/"
+# IWSLT 2014 de-en: fairseq's examples/translation/prepare-iwslt14.sh, line by line:
+#   URL="http://dl.fbaipublicfiles.com/fairseq/data/iwslt14/de-en.tgz"   (fairseq's copy since
+#       "Fix IWSLT'14 link", fairseq issue 2984; the WIT3 2014-01 address is gone)
+#   train: cat train.tags.de-en.$l | grep -v '<url>' | grep -v '<talkid>' | grep -v '<keywords>'
+#          | sed -e 's/<title>//g' ... 's/<\/description>//g' | tokenizer.perl -threads 8 -l $l
+#          clean-corpus-n.perl -ratio 1.5 train.tags.de-en.tok de en train.tags.de-en.clean 1 175
+#          lowercase.perl
+#   valid/test: grep '<seg id' IWSLT14.TED*.$l.xml | sed -e 's/<seg id="[0-9]*">\s*//g'
+#          | sed -e 's/\s*<\/seg>\s*//g' | sed -e "s/\’/\'/g" | tokenizer.perl -l $l | lowercase.perl
+#   valid = awk '{if (NR%23 == 0) print $0; }' train.tags.de-en.$l; train = awk 'NR%23 != 0'
+#   test  = cat IWSLT14.TED.dev2010 IWSLT14.TEDX.dev2012 IWSLT14.TED.tst2010 .tst2011 .tst2012
+# Variant `fairseq` is that pipeline's output byte for byte (before its BPE); variant `raw` is the
+# same sentence pairs, cased and untokenized (train/valid: the lines clean-corpus-n keeps, counted
+# on their Moses tokenization; test sets as sacreBLEU reads XML). The IWSLT 2017 test sets
+# (sacreBLEU iwslt17 = tst2017, iwslt17/tst2016) come from the WIT3 repository.
+_IWSLT14_TRAIN = RemoteFile("iwslt14/de-en.tgz", None, FAIRSEQ)
+_IWSLT17_TEST = {
+    # sha256 of the mirrored files (../shared/data/wit3/SHA256SUMS; upstream WIT3 commit e43615b);
+    # md5 as in sacreBLEU's iwslt17 definition
+    "de": RemoteFile(
+        "2017-01-ted-test/texts/de/en/de-en.tgz",
+        "b0034e3c957da26eaf3c573390c3fc669d509ea94c0b398889ad74bddadb4974",
+        WIT3,
+        md5="e3f5b2a075a2da1a395c8b60bf1e9be1",
+    ),
+    "en": RemoteFile(
+        "2017-01-ted-test/texts/en/de/en-de.tgz",
+        "0c786a6905618af716da365592594473481ba9548a922506aaf6c17f1aee27e4",
+        WIT3,
+        md5="b68e7097b179491f6c466ef41ad72b9b",
+    ),
+}
+_IWSLT14_TESTS = ("TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012")
+_IWSLT14_SETS = {"dev2010": "TED.dev2010", "dev2012": "TEDX.dev2012", "tst2010": "TED.tst2010",
+                 "tst2011": "TED.tst2011", "tst2012": "TED.tst2012"}  # fmt: skip
+_FAIRSEQ_TRAIN = (MosesTokenize(), CleanCorpus(1, 175, 1.5), Lowercase())
+_FAIRSEQ_TEST = (Replace("’", "'"), MosesTokenize(), Lowercase())
+_RAW_TRAIN = (CleanCorpus(1, 175, 1.5, count_tokenized=True),)
 
 
 def _iwslt14() -> Corpus:
-    train = RemoteFile("2014-01/texts/de/en/de-en.tgz", None)
-    test17 = {
-        "de": RemoteFile("2017-01-ted-test/texts/de/en/de-en.tgz", None),
-        "en": RemoteFile("2017-01-ted-test/texts/en/de/en-de.tgz", None),
-    }
     layout: dict[tuple[str, str, str], tuple[Part, ...]] = {}
-
-    def xml(name: str, lang: str) -> Part:
-        return Part(train, f"de-en/IWSLT14.{name}.de-en.{lang}.xml", "sgm")
-
+    steps: dict[tuple[str, str], tuple[Step, ...]] = {}
     for lang in ("de", "en"):
         other = "en" if lang == "de" else "de"
-        layout["raw", "train", lang] = (
-            Part(train, f"de-en/train.tags.de-en.{lang}", "iwslt_tags"),
-        )
-        for name in ("dev2010", "tst2010", "tst2011", "tst2012"):
-            layout["raw", name, lang] = (xml(f"TED.{name}", lang),)
-        # fairseq's IWSLT'14 test set: these five sets concatenated, in this order.
-        layout["raw", "test", lang] = tuple(
-            xml(n, lang)
-            for n in ("TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012")
-        )
-        # sacreBLEU's iwslt17: tst2017; each side is the source file of the direction it starts.
-        layout["raw", "iwslt17", lang] = (
-            Part(
-                test17[lang], f"{lang}-{other}/IWSLT17.TED.tst2017.{lang}-{other}.{lang}.xml", "sgm"
-            ),
-        )
+        tags = (Part(_IWSLT14_TRAIN, f"de-en/train.tags.de-en.{lang}", "iwslt_tags"),)
+        for variant, fmt in (("raw", "sgm"), ("fairseq", "fairseq_seg")):
+
+            def xml(name: str, fmt: str = fmt, lang: str = lang) -> Part:
+                return Part(_IWSLT14_TRAIN, f"de-en/IWSLT14.{name}.de-en.{lang}.xml", fmt)
+
+            layout[variant, "train", lang] = tags
+            layout[variant, "valid", lang] = tags
+            layout[variant, "test", lang] = tuple(xml(n) for n in _IWSLT14_TESTS)
+            for split, name in _IWSLT14_SETS.items():
+                layout[variant, split, lang] = (xml(name),)
+            # sacreBLEU iwslt17 (tst2017) and iwslt17/tst2016: each side is the source file of the
+            # direction that starts with it (de-en/...de.xml and en-de/...en.xml).
+            for split, tst in (("iwslt17", "tst2017"), ("iwslt17_tst2016", "tst2016")):
+                member = f"{lang}-{other}/IWSLT17.TED.{tst}.{lang}-{other}.{lang}.xml"
+                layout[variant, split, lang] = (Part(_IWSLT17_TEST[lang], member, fmt),)
+    for variant, train_steps, test_steps in (
+        ("fairseq", _FAIRSEQ_TRAIN, _FAIRSEQ_TEST),
+        ("raw", _RAW_TRAIN, ()),
+    ):
+        steps[variant, "train"] = (*train_steps, EveryNth(23, keep=False))
+        steps[variant, "valid"] = (*train_steps, EveryNth(23, keep=True))
+        for split in ("test", *_IWSLT14_SETS, "iwslt17", "iwslt17_tst2016"):
+            if test_steps:
+                steps[variant, split] = test_steps
+    script = "fairseq examples/translation/prepare-iwslt14.sh"
     return Corpus(
         name="iwslt14",
-        description="IWSLT 2014 German-English TED talks (fairseq's splits) and sacreBLEU's iwslt17",
-        base_url=_WIT3,
+        description="IWSLT 2014 German-English TED talks, fairseq's splits (prepare-iwslt14.sh); "
+        "sacreBLEU's iwslt17 (tst2017) and iwslt17/tst2016",
+        base_url=FAIRSEQ.base_url,
         languages=("de", "en"),
-        variants=("raw",),
-        splits=("train", "dev2010", "tst2010", "tst2011", "tst2012", "test", "iwslt17"),
+        variants=("raw", "fairseq"),
+        splits=(
+            "train",
+            "valid",
+            "test",
+            *_IWSLT14_SETS,
+            "iwslt17",
+            "iwslt17_tst2016",
+        ),  # fmt: skip
         layout=layout,
-        line_counts={"test": 6750},
+        steps=steps,
+        line_counts={"iwslt17": 1138, "iwslt17_tst2016": 1133},
+        tokenized_variants=("fairseq",),
+        source_name=FAIRSEQ.name,
+        cites={
+            "train": f"{script}: awk '{{if (NR%23 != 0) print $0; }}' of the cleaned train.tags "
+            "(grep -v <url>/<talkid>/<keywords>, tokenizer.perl, clean-corpus-n.perl -ratio 1.5 "
+            "1 175, lowercase.perl)",
+            "valid": f"{script}: awk '{{if (NR%23 == 0) print $0; }}' of the same text",
+            "test": f"{script}: cat IWSLT14.TED.dev2010 IWSLT14.TEDX.dev2012 IWSLT14.TED.tst2010 "
+            "IWSLT14.TED.tst2011 IWSLT14.TED.tst2012 (grep '<seg id' | sed | s/’/'/ | "
+            "tokenizer.perl | lowercase.perl)",
+            **{
+                s: f"{script}: one of the five test sets (IWSLT14.{n})"
+                for s, n in _IWSLT14_SETS.items()
+            },
+            "iwslt17": "sacreBLEU iwslt17 (de-en/IWSLT17.TED.tst2017.de-en.de.xml, "
+            "en-de/IWSLT17.TED.tst2017.en-de.en.xml)",
+            "iwslt17_tst2016": "sacreBLEU iwslt17/tst2016 (de-en/IWSLT17.TED.tst2016.de-en.de.xml, "
+            "en-de/IWSLT17.TED.tst2016.en-de.en.xml)",
+        },
     )
+
+
+# WMT14 en-de: training data as fairseq's prepare-wmt14en2de.sh --icml17 lists it (Europarl v7,
+# CommonCrawl, News Commentary v9: the WMT14 task's own; without --icml17 the script takes
+# News Commentary v12 from WMT17). Variant `norm` runs its training-text steps
+#   cat $orig/$f.$l | perl $NORM_PUNC $l | perl $REM_NON_PRINT_CHAR | ...
+# (it then Moses-tokenizes and BPEs; here SentencePiece takes the text as it is). Its
+#   perl $CLEAN -ratio 1.5 $tmp/bpe.train $src $tgt $prep/train 1 250
+# is the configs' data.max_ratio 1.5 / data.max_len 250, counted in SentencePiece pieces.
+# Test sets are sacreBLEU's in every variant: wmt14 (test-filtered.tgz) and wmt14/full
+# (test-full.tgz), whose files depend on the direction; wmt13 (newstest2013) validates.
+_WMT14_FILES = {
+    "europarl": RemoteFile("wmt13/training-parallel-europarl-v7.tgz", None, STATMT),
+    "commoncrawl": RemoteFile("wmt13/training-parallel-commoncrawl.tgz", None, STATMT),
+    "news": RemoteFile("wmt14/training-parallel-nc-v9.tgz", None, STATMT),
+    # md5 as in sacreBLEU's wmt13, wmt14 and wmt14/full definitions
+    "wmt13": RemoteFile("wmt13/test.tgz", None, STATMT, md5="48eca5d02f637af44e85186847141f67"),
+    "wmt14": RemoteFile(
+        "wmt14/test-filtered.tgz", None, STATMT, md5="84c597844c1542e29c2aff23aaee4310"
+    ),
+    "wmt14_full": RemoteFile(
+        "wmt14/test-full.tgz", None, STATMT, md5="a8cd784e006feb32ac6f3d9ec7eb389a"
+    ),
+}
 
 
 def _wmt14() -> Corpus:
-    europarl = RemoteFile("wmt13/training-parallel-europarl-v7.tgz", None)
-    commoncrawl = RemoteFile("wmt13/training-parallel-commoncrawl.tgz", None)
-    news = RemoteFile("wmt14/training-parallel-nc-v9.tgz", None)
-    dev = RemoteFile("wmt13/test.tgz", None)
-    test = RemoteFile("wmt14/test-filtered.tgz", None)
-    test_full = RemoteFile("wmt14/test-full.tgz", None)
+    f = _WMT14_FILES
     layout: dict[tuple[str, str, str], tuple[Part, ...]] = {}
-    for lang in ("en", "de"):
-        side = "src" if lang == "en" else "ref"
-        layout["raw", "train", lang] = (
-            Part(europarl, f"training/europarl-v7.de-en.{lang}"),
-            Part(commoncrawl, f"commoncrawl.de-en.{lang}"),
-            Part(news, f"training/news-commentary-v9.de-en.{lang}"),
-        )
-        layout["raw", "wmt13", lang] = (Part(dev, f"test/newstest2013-src.{lang}.sgm", "sgm"),)
-        layout["raw", "wmt14", lang] = (
-            Part(test, f"test/newstest2014-deen-{side}.{lang}.sgm", "sgm"),
-        )
-        layout["raw", "wmt14_full", lang] = (
-            Part(test_full, f"test-full/newstest2014-deen-{side}.{lang}.sgm", "sgm"),
-        )
+    directed: dict[tuple[str, str, str, str], tuple[Part, ...]] = {}
+    steps: dict[tuple[str, str], tuple[Step, ...]] = {
+        ("norm", "train"): (NormalizePunctuation(), RemoveNonPrinting())
+    }
+    for variant in ("raw", "norm"):
+        for lang in ("en", "de"):
+            layout[variant, "train", lang] = (
+                Part(f["europarl"], f"training/europarl-v7.de-en.{lang}"),
+                Part(f["commoncrawl"], f"commoncrawl.de-en.{lang}"),
+                Part(f["news"], f"training/news-commentary-v9.de-en.{lang}"),
+            )
+            # sacreBLEU wmt13: test/newstest2013-src.{en,de}.sgm in both directions
+            layout[variant, "wmt13", lang] = (
+                Part(f["wmt13"], f"test/newstest2013-src.{lang}.sgm", "sgm"),
+            )
+        # sacreBLEU wmt14 / wmt14/full: de-en = src.de + ref.en, en-de = src.en + ref.de
+        for split, folder in (("wmt14", "test"), ("wmt14_full", "test-full")):
+            for src, tgt in (("de", "en"), ("en", "de")):
+                pair = f"{src}-{tgt}"
+                directed[variant, split, pair, src] = (
+                    Part(f[split], f"{folder}/newstest2014-deen-src.{src}.sgm", "sgm"),
+                )
+                directed[variant, split, pair, tgt] = (
+                    Part(f[split], f"{folder}/newstest2014-deen-ref.{tgt}.sgm", "sgm"),
+                )
+    script = "fairseq examples/translation/prepare-wmt14en2de.sh"
     return Corpus(
         name="wmt14",
         description="WMT14 English-German: Europarl v7 + CommonCrawl + News Commentary v9; "
-        "newstest2013 (wmt13) for validation; newstest2014 (sacreBLEU wmt14, and wmt14_full)",
-        base_url="https://statmt.org/",
+        "newstest2013 (wmt13) for validation; newstest2014 (sacreBLEU wmt14 and wmt14/full)",
+        base_url=STATMT.base_url,
         languages=("en", "de"),
-        variants=("raw",),
+        variants=("raw", "norm"),
         splits=("train", "wmt13", "wmt14", "wmt14_full"),
         layout=layout,
-        line_counts={"wmt13": 3000, "wmt14": 2737, "wmt14_full": 3003},
+        directed=directed,
+        steps=steps,
+        line_counts={"wmt13": 3000, "wmt14:en-de": 2737, "wmt14_full": 3003},
+        source_name=STATMT.name,
+        cites={
+            "train": f"{script} --icml17: CORPORA europarl-v7, commoncrawl, news-commentary-v9 "
+            "(norm: perl $NORM_PUNC $l | perl $REM_NON_PRINT_CHAR)",
+            "wmt13": "sacreBLEU wmt13 (test/newstest2013-src.{en,de}.sgm)",
+            "wmt14": "sacreBLEU wmt14 (test-filtered.tgz: test/newstest2014-deen-src.SRC.sgm, "
+            "-ref.TGT.sgm)",
+            "wmt14_full": "sacreBLEU wmt14/full (test-full.tgz: test-full/newstest2014-deen-"
+            f"src.SRC.sgm, -ref.TGT.sgm; {script}'s test set)",
+        },
     )
+
+
+# WMT16 en-ro: the WMT16 task's training data (Europarl v8 + SETimes2), newsdev2016 and
+# newstest2016 as sacreBLEU's wmt16/dev and wmt16 define them: en-ro reads the enro files, ro-en
+# the roen files.
+_WMT16_FILES = {
+    "europarl": RemoteFile("wmt16/translation-task/training-parallel-ep-v8.tgz", None, STATMT_DATA),
+    "setimes": RemoteFile("OPUS-SETIMES/v2/moses/en-ro.txt.zip", None, OPUS),
+    "newsdev2016": RemoteFile(
+        "wmt16/translation-task/dev.tgz", None, STATMT_DATA, md5="4a3dc2760bb077f4308cce96b06e6af6"
+    ),
+    "wmt16": RemoteFile(
+        "wmt16/translation-task/test.tgz", None, STATMT_DATA, md5="3d809cd0c2c86adb2c67034d15c4e446"
+    ),
+}
 
 
 def _wmt16() -> Corpus:
-    europarl = RemoteFile("wmt16/translation-task/training-parallel-ep-v8.tgz", None)
-    setimes = RemoteFile(
-        "OPUS-SETIMES/v2/moses/en-ro.txt.zip", None, base_url="https://object.pouta.csc.fi/"
-    )
-    dev = RemoteFile("wmt16/translation-task/dev.tgz", None)
-    test = RemoteFile("wmt16/translation-task/test.tgz", None)
+    f = _WMT16_FILES
     layout: dict[tuple[str, str, str], tuple[Part, ...]] = {}
+    directed: dict[tuple[str, str, str, str], tuple[Part, ...]] = {}
     for lang in ("en", "ro"):
-        side = "src" if lang == "en" else "ref"
         layout["raw", "train", lang] = (
-            Part(europarl, f"training-parallel-ep-v8/europarl-v8.ro-en.{lang}"),
-            Part(setimes, f"SETIMES.en-ro.{lang}"),
+            Part(f["europarl"], f"training-parallel-ep-v8/europarl-v8.ro-en.{lang}"),
+            Part(f["setimes"], f"SETIMES.en-ro.{lang}"),
         )
-        # Both directions use the en->ro files (the same sentence pairs as sacreBLEU's en-ro).
-        layout["raw", "newsdev2016", lang] = (
-            Part(dev, f"dev/newsdev2016-enro-{side}.{lang}.sgm", "sgm"),
-        )
-        layout["raw", "wmt16", lang] = (
-            Part(test, f"test/newstest2016-enro-{side}.{lang}.sgm", "sgm"),
-        )
+    for split, folder, name in (
+        ("newsdev2016", "dev", "newsdev2016"),
+        ("wmt16", "test", "newstest2016"),
+    ):
+        for src, tgt in (("en", "ro"), ("ro", "en")):
+            pair = f"{src}-{tgt}"
+            stem = f"{folder}/{name}-{src}{tgt}"
+            directed["raw", split, pair, src] = (Part(f[split], f"{stem}-src.{src}.sgm", "sgm"),)
+            directed["raw", split, pair, tgt] = (Part(f[split], f"{stem}-ref.{tgt}.sgm", "sgm"),)
     return Corpus(
         name="wmt16",
         description="WMT16 English-Romanian: Europarl v8 + SETimes2; newsdev2016 for validation; "
         "newstest2016 (sacreBLEU wmt16)",
-        base_url="https://data.statmt.org/",
+        base_url=STATMT_DATA.base_url,
         languages=("en", "ro"),
         variants=("raw",),
         splits=("train", "newsdev2016", "wmt16"),
         layout=layout,
+        directed=directed,
         line_counts={"newsdev2016": 1999, "wmt16": 1999},
+        source_name=STATMT_DATA.name,
+        cites={
+            "train": "WMT16 news task en-ro training data: training-parallel-ep-v8.tgz "
+            "(europarl-v8.ro-en) + SETimes2 (OPUS SETIMES v2 en-ro)",
+            "newsdev2016": "sacreBLEU wmt16/dev (dev/newsdev2016-{enro,roen}-src/ref)",
+            "wmt16": "sacreBLEU wmt16 (test/newstest2016-{enro,roen}-src/ref)",
+        },
     )
 
 
@@ -358,6 +614,11 @@ _REGISTRY: dict[str, Corpus] = {c.name: c for c in (_multi30k(), _iwslt14(), _wm
 def list_corpora() -> list[str]:
     """Names of the registered corpora, sorted."""
     return sorted(_REGISTRY)
+
+
+def list_sources() -> list[Source]:
+    """The sources the registry downloads from; their names are a mirror root's folders."""
+    return list(_SOURCES)
 
 
 def get_corpus(name: str) -> Corpus:
@@ -426,7 +687,13 @@ def _receive(url: str, part: Path, timeout: float) -> None:
 
 
 def download(
-    url: str, dest: str | Path, *, sha256: str | None, retries: int = 3, timeout: float = 60.0
+    url: str,
+    dest: str | Path,
+    *,
+    sha256: str | None,
+    md5: str | None = None,
+    retries: int = 3,
+    timeout: float = 60.0,
 ) -> Path:
     """Download ``url`` to ``dest``, resumably, verified, atomically.
 
@@ -438,7 +705,9 @@ def download(
     Args:
         url: What to download (``http``, ``https`` or ``file``).
         dest: Final path.
-        sha256: Expected hex digest; None skips the check (with an :class:`UnverifiedFileWarning`).
+        sha256: Expected hex digest; None checks ``md5`` instead.
+        md5: Expected md5 when no sha256 is known; with neither, the file is used unverified
+            (with an :class:`UnverifiedFileWarning`).
         retries: Attempts (each resuming the previous one) before giving up.
         timeout: Socket timeout in seconds.
 
@@ -462,7 +731,7 @@ def download(
         except urllib.error.HTTPError as e:
             if e.code == 416 and part.exists():
                 # Range not satisfiable: the .part is already complete (or longer than the file).
-                if sha256 is not None and sha256_file(part) == sha256:
+                if _matches(part, sha256=sha256, md5=md5):
                     error = None
                     break
                 part.unlink()
@@ -481,22 +750,52 @@ def download(
             f"could not download {url} ({reason}){kept}; "
             "without network, point --mirror (or SEQ2SEQ_MIRROR) at a local copy"
         )
-    if sha256 is None:
-        warnings.warn(
-            f"{url}: no sha256 is registered for this file; it is used unverified",
-            UnverifiedFileWarning,
-            stacklevel=2,
-        )
-    else:
-        got = sha256_file(part)
-        if got != sha256:
-            part.unlink()
-            raise ChecksumError(
-                f"checksum mismatch for {dest.name} downloaded from {url}: expected sha256 "
-                f"{sha256}, got {got}; the file was deleted"
-            )
+    try:
+        _verify(part, sha256=sha256, md5=md5, what=f"{dest.name} downloaded from {url}")
+    except ChecksumError:
+        part.unlink()
+        raise
     os.replace(part, dest)
     return dest
+
+
+def _md5_file(path: Path) -> str:
+    h = hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _matches(path: Path, *, sha256: str | None, md5: str | None) -> bool:
+    """Whether ``path`` has the given checksum (False when none is known)."""
+    if sha256 is not None:
+        return sha256_file(path) == sha256
+    if md5 is not None:
+        return _md5_file(path) == md5
+    return False
+
+
+def _verify(path: Path, *, sha256: str | None, md5: str | None, what: str, after: str = "") -> None:
+    """Check ``path`` against its sha256 (else md5); unknown sums warn, mismatches raise."""
+    if sha256 is None and md5 is None:
+        warnings.warn(
+            f"{what}: no checksum is registered for this file; it is used unverified",
+            UnverifiedFileWarning,
+            stacklevel=3,
+        )
+        return
+    kind, expected = ("sha256", sha256) if sha256 is not None else ("md5", md5)
+    got = sha256_file(path) if sha256 is not None else _md5_file(path)
+    if got != expected:
+        raise ChecksumError(
+            f"checksum mismatch for {what}: expected {kind} {expected}, got {got}{after}"
+        )
+
+
+def mirror_candidates(corpus: Corpus, file: RemoteFile, mirror: Path) -> list[Path]:
+    """Where a mirror may hold ``file``: ``ROOT/<source>/PATH`` (a root), then ``DIR/PATH``."""
+    return [Path(mirror) / corpus.file_source(file).name / file.path, Path(mirror) / file.path]
 
 
 def fetch(corpus: Corpus, file: RemoteFile, *, cache_dir: Path, mirror: Path | None) -> Path:
@@ -504,44 +803,27 @@ def fetch(corpus: Corpus, file: RemoteFile, *, cache_dir: Path, mirror: Path | N
 
     Raises:
         NotAvailableError: Not in the mirror (when one is given), or the download failed.
-        ChecksumError: The mirror's copy or the download has another sha256.
+        ChecksumError: The mirror's copy or the download has another checksum.
     """
     if mirror is not None:
-        path = Path(mirror) / file.path
-        if not path.is_file():
-            raise NotAvailableError(
-                f"{corpus.name}: {file.path} is not available: not in the mirror {mirror} "
-                f"(looked for {path})"
-            )
-        _check(path, file)
-        return path
-    path = Path(cache_dir) / corpus.name / file.path
+        candidates = mirror_candidates(corpus, file, Path(mirror))
+        for path in candidates:
+            if path.is_file():
+                _verify(path, sha256=file.sha256, md5=file.md5, what=str(path), after="; not used")
+                return path
+        raise NotAvailableError(
+            f"{corpus.name}: {file.path} is not available: not in the mirror {mirror} "
+            f"(looked for {' and '.join(str(p) for p in candidates)})"
+        )
+    path = Path(cache_dir) / corpus.file_source(file).name / file.path
     if path.is_file():
-        if file.sha256 is None or sha256_file(path) == file.sha256:
-            if file.sha256 is None:
-                _warn_unverified(path)
+        if file.sha256 is None and file.md5 is None:
+            _verify(path, sha256=None, md5=None, what=str(path))
+            return path
+        if _matches(path, sha256=file.sha256, md5=file.md5):
             return path
         path.unlink()  # a damaged cache entry: fetch it again
-    return download(corpus.url(file), path, sha256=file.sha256)
-
-
-def _warn_unverified(path: Path) -> None:
-    warnings.warn(
-        f"{path}: no sha256 is registered for this file; it is used unverified",
-        UnverifiedFileWarning,
-        stacklevel=3,
-    )
-
-
-def _check(path: Path, file: RemoteFile) -> None:
-    if file.sha256 is None:
-        _warn_unverified(path)
-        return
-    got = sha256_file(path)
-    if got != file.sha256:
-        raise ChecksumError(
-            f"checksum mismatch for {path}: expected sha256 {file.sha256}, got {got}; not used"
-        )
+    return download(corpus.url(file), path, sha256=file.sha256, md5=file.md5)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -578,12 +860,29 @@ def _open_member(path: Path, member: str | None) -> Iterator[BinaryIO]:
         yield raw
 
 
-_SEG = re.compile(rb"<seg[^>]*>(.*)</seg>")
+# sacreBLEU's FakeSGMLDataset._convert_format and Dataset._clean, on decoded text
+_SACREBLEU_SEG = re.compile(r"<seg.*?>(.*)</seg>.*?")
+_SACREBLEU_SPACE = re.compile(r"\s+")
+# prepare-iwslt14.sh, train: grep -v '<url>' | grep -v '<talkid>' | grep -v '<keywords>' |
+# sed -e 's/<title>//g' -e 's/<\/title>//g' -e 's/<description>//g' -e 's/<\/description>//g'
 _IWSLT_DROP = (b"<url>", b"<talkid>", b"<keywords>")
 _IWSLT_STRIP = re.compile(rb"</?(?:title|description)>")
+# prepare-iwslt14.sh, valid/test: grep '<seg id' | sed -e 's/<seg id="[0-9]*">\s*//g' |
+# sed -e 's/\s*<\/seg>\s*//g'
+_FAIRSEQ_SEG_OPEN = re.compile(rb'<seg id="[0-9]*">[ \t\n\r\f\v]*')
+_FAIRSEQ_SEG_CLOSE = re.compile(rb"[ \t\n\r\f\v]*</seg>[ \t\n\r\f\v]*")
 
 
-def _write_part(src: BinaryIO, fmt: str, out: BinaryIO) -> int:
+def _decode(raw: bytes, where: str, lineno: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            f"{where}:{lineno}: invalid UTF-8 (byte {e.start + 1} of the line)"
+        ) from None
+
+
+def _write_part(src: BinaryIO, fmt: str, out: BinaryIO, where: str = "") -> int:
     """Copy one part's sentences to ``out`` (one a line); returns the number of lines written."""
     lines = 0
     if fmt == "text":
@@ -596,15 +895,19 @@ def _write_part(src: BinaryIO, fmt: str, out: BinaryIO) -> int:
             out.write(b"\n")
             lines += 1
         return lines
-    for raw in src:
-        line = raw.rstrip(b"\r\n")
+    for lineno, raw in enumerate(src, 1):  # binary iteration splits on b"\n" only
         if fmt == "sgm":
-            if not line.lstrip().startswith(b"<seg"):
+            # sacreBLEU: `if line.startswith("<seg "): line = _clean(re.sub(...))`
+            if not raw.startswith(b"<seg "):
                 continue
-            match = _SEG.search(line)
-            text = match.group(1) if match else b""
-            line = b" ".join(text.split())  # entities kept as they are, like sacreBLEU
-        elif fmt == "iwslt_tags":
+            text = _SACREBLEU_SEG.sub(r"\1", _decode(raw, where, lineno))
+            line = _SACREBLEU_SPACE.sub(" ", text.strip()).encode("utf-8")
+        elif fmt == "fairseq_seg":
+            if b"<seg id" not in raw:
+                continue
+            line = _FAIRSEQ_SEG_CLOSE.sub(b"", _FAIRSEQ_SEG_OPEN.sub(b"", raw.rstrip(b"\n")))
+        else:  # iwslt_tags
+            line = raw.rstrip(b"\n")
             if any(tag in line for tag in _IWSLT_DROP):
                 continue
             line = _IWSLT_STRIP.sub(b"", line)
@@ -613,8 +916,65 @@ def _write_part(src: BinaryIO, fmt: str, out: BinaryIO) -> int:
     return lines
 
 
-def _part_key(part: Part) -> list:
-    return [part.file.path, part.file.sha256, part.member, part.format]
+def _read_lines(path: Path) -> Iterator[str]:
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            yield _decode(raw[:-1] if raw.endswith(b"\n") else raw, str(path), lineno)
+
+
+def _part_key(corpus: Corpus, part: Part) -> list:
+    file = part.file
+    return [
+        corpus.file_source(file).name,
+        file.path,
+        file.sha256 or file.md5,
+        part.member,
+        part.format,
+    ]
+
+
+@dataclass
+class _Job:
+    """One pass over a split's extracted pairs that writes one or more splits (fairseq's
+    train and valid come from the same cleaned text)."""
+
+    splits: list[str]
+    parts: dict[str, tuple[Part, ...]]  # lang -> parts
+    steps: dict[str, tuple[Step, ...]]  # split -> steps
+
+
+def _jobs(corpus: Corpus, variant: str, pair: str, wanted: list[str]) -> list[_Job]:
+    src, tgt = parse_pair(pair)
+    jobs: list[_Job] = []
+    placed: set[str] = set()
+
+    def stream_key(split: str):
+        steps = corpus.steps.get((variant, split), ())
+        parts = tuple(corpus.parts(variant, split, pair, lang) for lang in (src, tgt))
+        if steps and isinstance(steps[-1], EveryNth):
+            return (parts, steps[:-1])
+        return None
+
+    for split in wanted:
+        if split in placed:
+            continue
+        key = stream_key(split)
+        group = [split]
+        if key is not None:
+            group += [
+                s
+                for s in corpus.splits
+                if s != split and corpus.has_split(variant, s, pair) and stream_key(s) == key
+            ]
+        placed.update(group)
+        jobs.append(
+            _Job(
+                splits=group,
+                parts={lang: corpus.parts(variant, split, pair, lang) for lang in (src, tgt)},
+                steps={s: corpus.steps.get((variant, s), ()) for s in group},
+            )
+        )
+    return jobs
 
 
 def prepare_corpus(
@@ -630,23 +990,28 @@ def prepare_corpus(
 ) -> dict[str, tuple[Path, Path]]:
     """Fetch, verify and extract a corpus' splits into plain-text files ``OUT/{split}.{lang}``.
 
-    Splits already extracted from the same sources (recorded in ``OUT/.prepare.json``) are not
-    extracted again.
+    Splits already extracted from the same sources with the same steps (recorded in
+    ``OUT/.prepare.json``) are not extracted again. Both sides are written to temporary files
+    and renamed into place together once their line counts agree: a failure leaves the folder
+    as it was. Splits computed from one stream (fairseq's IWSLT14 train and valid: every 23rd
+    line of the cleaned text and the rest) are written together.
 
     Args:
         corpus: A registered name (:func:`list_corpora`) or a :class:`Corpus`.
         pair: ``src-tgt`` languages, e.g. ``en-de`` (either direction of the corpus' languages).
         out_dir: Where the text files go.
-        variant: ``raw`` or another of the corpus' variants (Multi30K: ``tok``).
+        variant: ``raw`` or another of the corpus' variants (Multi30K: ``tok``; IWSLT14:
+            ``fairseq``; WMT14: ``norm``).
         splits: Splits to prepare. None: every registered split that has both languages; those
             that are not available (no network, not in the mirror) are skipped and reported via
             ``log``. Splits named here must be available.
         cache_dir: Download cache (default :func:`default_cache_dir`).
-        mirror: Offline mirror folder (default :func:`default_mirror`); it replaces the network.
+        mirror: Offline mirror: a root of source folders or one source's folder (default
+            :func:`default_mirror`); it replaces the network.
         log: Called with one line per split written, skipped or reused (e.g. ``print``).
 
     Returns:
-        ``split -> (source file, target file)`` for the splits prepared, in registry order.
+        ``split -> (source file, target file)`` for the splits asked for, in registry order.
 
     Raises:
         UserError: Unknown corpus, pair, variant or split; a requested split not available
@@ -670,20 +1035,23 @@ def prepare_corpus(
                 raise UserError(
                     f"{corpus.name} has no split {split!r} (splits: {', '.join(corpus.splits)})"
                 )
-            missing = [lang for lang in (src, tgt) if (variant, split, lang) not in corpus.layout]
+            missing = [
+                lang for lang in (src, tgt) if corpus.parts(variant, split, pair, lang) is None
+            ]
             if missing:
-                has = [lang for lang in corpus.languages if (variant, split, lang) in corpus.layout]
+                has = [
+                    lang
+                    for lang in corpus.languages
+                    if (variant, split, lang) in corpus.layout
+                    or any(k[:2] == (variant, split) and k[3] == lang for k in corpus.directed)
+                ]
                 raise NotAvailableError(
                     f"{corpus.name} {split} ({variant}) is not available in {missing[0]}: "
                     f"the dataset has it in {', '.join(has) or 'no language'}"
                 )
         wanted, required = list(splits), True
     else:
-        wanted = [
-            s
-            for s in corpus.splits
-            if all((variant, s, lang) in corpus.layout for lang in (src, tgt))
-        ]
+        wanted = [s for s in corpus.splits if corpus.has_split(variant, s, pair)]
         required = False
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     mirror_dir = Path(mirror) if mirror is not None else default_mirror()
@@ -696,57 +1064,126 @@ def prepare_corpus(
         manifest = {}
     say = log or (lambda _line: None)
 
-    result: dict[str, tuple[Path, Path]] = {}
-    for split in wanted:
-        files: dict[str, Path] = {}
-        counts: dict[str, int] = {}
-        reused = 0
+    written: dict[str, tuple[Path, Path]] = {}
+    for job in _jobs(corpus, variant, pair, wanted):
+        entries = {}
+        for split in job.splits:
+            for lang, other in ((src, tgt), (tgt, src)):
+                entry = {
+                    "corpus": corpus.name,
+                    "parts": [_part_key(corpus, p) for p in job.parts[lang]],
+                    "steps": [repr(s) for s in job.steps[split]],
+                }
+                if job.steps[split]:  # pair-level steps: the other side matters too
+                    entry["other"] = [_part_key(corpus, p) for p in job.parts[other]]
+                entries[out / f"{split}.{lang}"] = entry
+        reused = all(
+            path.is_file()
+            and {k: manifest.get(path.name, {}).get(k) for k in entry} == entry
+            and manifest[path.name].get("size") == path.stat().st_size
+            for path, entry in entries.items()
+        )
         try:
-            for lang in (src, tgt):
-                parts = corpus.layout[variant, split, lang]
-                path = out / f"{split}.{lang}"
-                entry = {"corpus": corpus.name, "parts": [_part_key(p) for p in parts]}
-                old = manifest.get(path.name, {})
-                if (
-                    path.is_file()
-                    and {k: old.get(k) for k in entry} == entry
-                    and old.get("size") == path.stat().st_size
-                ):
-                    files[lang], counts[lang] = path, old["lines"]
-                    reused += 1
-                    continue
-                local = [fetch(corpus, p.file, cache_dir=cache, mirror=mirror_dir) for p in parts]
-                lines = 0
-                with atomic_open(path, "wb") as f:
-                    for p, local_path in zip(parts, local):
-                        with _open_member(local_path, p.member) as raw:
-                            lines += _write_part(raw, p.format, f)
-                manifest[path.name] = {**entry, "size": path.stat().st_size, "lines": lines}
-                files[lang], counts[lang] = path, lines
+            if not reused:
+                if any(manifest.pop(path.name, None) for path in entries):
+                    with atomic_open(manifest_path, "w", encoding="utf-8") as f:
+                        json.dump(manifest, f, indent=1, sort_keys=True)
+                counts = _run_job(corpus, job, (src, tgt), out, cache, mirror_dir)
+                for path, entry in entries.items():
+                    split = path.name.rsplit(".", 1)[0]
+                    manifest[path.name] = {
+                        **entry,
+                        "size": path.stat().st_size,
+                        "lines": counts[split],
+                    }
+                with atomic_open(manifest_path, "w", encoding="utf-8") as f:
+                    json.dump(manifest, f, indent=1, sort_keys=True)
         except NotAvailableError as e:
             if required:
                 raise
-            say(f"{corpus.name} {split}: skipped ({e})")
+            say(f"{corpus.name} {job.splits[0]}: skipped ({e})")
             continue
-        if counts[src] != counts[tgt]:
-            raise UserError(
-                f"{corpus.name} {split}: {files[src]} has {counts[src]} lines but "
-                f"{files[tgt]} has {counts[tgt]}"
-            )
-        with atomic_open(manifest_path, "w", encoding="utf-8") as f:
-            json.dump(manifest, f, indent=1, sort_keys=True)
-        documented = corpus.line_counts.get(split)
-        if documented is not None and documented != counts[src]:
-            warnings.warn(
-                f"{corpus.name} {split}: {counts[src]} lines, but the dataset documents {documented}",
-                stacklevel=2,
-            )
-        note = " (already prepared)" if reused == 2 else ""
-        say(f"{corpus.name} {split}: {counts[src]:,} lines -> {files[src]}, {files[tgt]}{note}")
-        result[split] = (files[src], files[tgt])
+        for split in job.splits:
+            files = (out / f"{split}.{src}", out / f"{split}.{tgt}")
+            lines = manifest[files[0].name]["lines"]
+            documented = corpus.expected_lines(split, pair)
+            if documented is not None and documented != lines:
+                warnings.warn(
+                    f"{corpus.name} {split}: {lines} lines, but the dataset documents {documented}",
+                    stacklevel=2,
+                )
+            note = " (already prepared)" if reused else ""
+            say(f"{corpus.name} {split}: {lines:,} lines -> {files[0]}, {files[1]}{note}")
+            written[split] = files
+    result = {s: written[s] for s in corpus.splits if s in written and s in wanted}
     if not result and wanted:
         raise NotAvailableError(
             f"no split of {corpus.name} ({pair}, {variant}) is available: "
             + (f"not in the mirror {mirror_dir}" if mirror_dir else "downloads failed")
         )
     return result
+
+
+def _run_job(
+    corpus: Corpus,
+    job: _Job,
+    langs: tuple[str, str],
+    out: Path,
+    cache: Path,
+    mirror: Path | None,
+) -> dict[str, int]:
+    """Extract, run the steps and move the finished files into ``out``; returns line counts."""
+    local = {
+        lang: [fetch(corpus, p.file, cache_dir=cache, mirror=mirror) for p in job.parts[lang]]
+        for lang in langs
+    }
+    tmp = Path(tempfile.mkdtemp(prefix=".prepare-", dir=out))
+    try:
+        extracted, counts = {}, {}
+        for lang in langs:
+            extracted[lang] = tmp / f"extracted.{lang}"
+            counts[lang] = 0
+            with open(extracted[lang], "wb") as f:
+                for part, path in zip(job.parts[lang], local[lang]):
+                    with _open_member(path, part.member) as raw:
+                        where = f"{path}:{part.member}" if part.member else str(path)
+                        counts[lang] += _write_part(raw, part.format, f, where)
+        src, tgt = langs
+        split0 = job.splits[0]
+        if counts[src] != counts[tgt]:
+            raise UserError(
+                f"{corpus.name} {split0}: {out / f'{split0}.{src}'} has {counts[src]} lines but "
+                f"{out / f'{split0}.{tgt}'} has {counts[tgt]}; nothing was written"
+            )
+        finished: dict[str, int] = {}
+        if not any(job.steps.values()):
+            for split in job.splits:
+                finished[split] = counts[src]
+            outputs = {split: {lang: extracted[lang] for lang in langs} for split in job.splits}
+        else:
+            # one pass: the steps the splits share, then each pair goes to the split(s) whose
+            # last step (an EveryNth, when there are several) keeps its line number
+            shared = job.steps[split0] if len(job.splits) == 1 else job.steps[split0][:-1]
+            routes = [] if len(job.splits) == 1 else [job.steps[s][-1] for s in job.splits]
+            outputs = {s: {lang: tmp / f"{s}.{lang}" for lang in langs} for s in job.splits}
+            with contextlib.ExitStack() as stack:
+                handles = {
+                    s: tuple(stack.enter_context(open(outputs[s][lang], "wb")) for lang in langs)
+                    for s in job.splits
+                }
+                finished = dict.fromkeys(job.splits, 0)
+                pairs = zip(_read_lines(extracted[src]), _read_lines(extracted[tgt]))
+                for nr, (a, b) in enumerate(run_steps(shared, pairs, langs), 1):
+                    line_a, line_b = a.encode("utf-8") + b"\n", b.encode("utf-8") + b"\n"
+                    for i, s in enumerate(job.splits):
+                        if routes and (nr % routes[i].n == 0) != routes[i].keep:
+                            continue
+                        handles[s][0].write(line_a)
+                        handles[s][1].write(line_b)
+                        finished[s] += 1
+        for split in job.splits:
+            for lang in langs:
+                os.replace(outputs[split][lang], out / f"{split}.{lang}")
+        return finished
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

@@ -9,10 +9,11 @@ The steps, in order:
    are kept for SentencePiece to handle. Different line counts and invalid UTF-8 are
    :class:`UserError` s naming the file(s), the counts or the line. Pairs with an empty (or
    whitespace-only) side are dropped, in every split, and counted.
-2. Binarizing (:func:`build_store`): ids streamed, a chunk at a time, into a :class:`TokenStore`
-   directory. Training splits also drop pairs longer than ``max_len`` pieces on either side or
-   whose length ratio exceeds ``max_ratio``; evaluation splits never do. Each split's counts are
-   reported in one line and kept in the store's header.
+2. Cleaning and binarizing (:func:`build_store`): training pairs go through the cleaning stage
+   (:mod:`seq2seq.cleaning`: duplicates, language id, more than ``max_len`` pieces, a length
+   ratio above ``max_ratio``); evaluation splits never do. Ids are streamed, a chunk at a time,
+   into a :class:`TokenStore` directory. Each split's counts, per rule, are reported in one line
+   and kept in the store's header.
 3. Batching (:class:`TokenBucketSampler`): batches of similar-length pairs holding at most
    ``max_tokens`` tokens, padding included; seeded shuffle, a new order every epoch, a shard per
    rank, exact mid-epoch resume.
@@ -37,6 +38,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
+from seq2seq.cleaning import Cleaner, CleaningReport, CleaningRules
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_dir, atomic_open
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, Tokenizer
@@ -53,6 +55,7 @@ __all__ = [
     "count_lines",
     "iter_parallel",
     "read_parallel",
+    "split_tsv",
 ]
 
 _CHUNK = 1 << 20
@@ -148,7 +151,7 @@ def iter_parallel(
     tgt_path: str | Path,
     *,
     limit: int = 0,
-    stats: ReadStats | None = None,
+    stats: ReadStats | CleaningReport | None = None,
 ) -> Iterator[tuple[int, str, str]]:
     """Validated, non-empty sentence pairs of two line-aligned files.
 
@@ -180,6 +183,50 @@ def iter_parallel(
             stats.empty += 1
             continue
         yield line, src, tgt
+
+
+def split_tsv(
+    path: str | Path, src_out: str | Path, tgt_out: str | Path, *, columns: tuple[int, int] = (0, 1)
+) -> int:
+    """Write the two columns of a tab-separated pair file as two line-aligned text files.
+
+    One pair a line, as Tatoeba exports and many OPUS dumps come (``src<TAB>tgt``, or more
+    columns with ``columns`` picking the two sentences). A blank line becomes an empty pair
+    (dropped later, line numbers stay aligned); a line with too few fields is an error naming
+    the file and line. Both outputs appear atomically, and are not rewritten when they are
+    newer than ``path``.
+
+    Returns:
+        The number of pairs.
+    """
+    path, src_out, tgt_out = Path(path), Path(src_out), Path(tgt_out)
+    a, b = columns
+    need = max(a, b) + 1
+    if (
+        src_out.is_file()
+        and tgt_out.is_file()
+        and min(src_out.stat().st_mtime_ns, tgt_out.stat().st_mtime_ns) >= path.stat().st_mtime_ns
+    ):
+        return count_lines(src_out)
+    n = 0
+    with (
+        atomic_open(src_out, "w", encoding="utf-8") as fs,
+        atomic_open(tgt_out, "w", encoding="utf-8") as ft,
+    ):
+        for lineno, line in enumerate(_lines(path), 1):
+            fields = line.split("\t")
+            if len(fields) < need:
+                if not line.strip():
+                    fields = [""] * need
+                else:
+                    raise UserError(
+                        f"{path}:{lineno}: expected at least {need} tab-separated fields "
+                        f"(source column {a}, target column {b}), found {len(fields)}"
+                    )
+            fs.write(fields[a] + "\n")
+            ft.write(fields[b] + "\n")
+            n += 1
+    return n
 
 
 @dataclass
@@ -264,15 +311,20 @@ def build_store(
     train: bool,
     max_len: int = 256,
     max_ratio: float = 3.0,
+    cleaning: CleaningRules | None = None,
+    langs: tuple[str, str] = ("", ""),
     limit: int = 0,
     chunk_size: int = 10_000,
     log: Callable[[str], None] | None = None,
 ) -> TokenStore:
     """Binarize a split into a :class:`TokenStore` at ``path``, or reuse the one already there.
 
-    The store is rebuilt when anything it was built from changed: the tokenizer's fingerprint,
-    the text files (path, size, mtime), ``train``, ``max_len``, ``max_ratio`` or ``limit``.
-    Encoding streams ``chunk_size`` pairs at a time; the directory appears atomically.
+    Reading, then the cleaning stage (:mod:`seq2seq.cleaning`: empty pairs, duplicates,
+    language id, length and ratio), then encoding, streamed ``chunk_size`` pairs at a time
+    straight into the store's files: memory does not grow with the corpus (except the
+    duplicate filter's digests). The store is rebuilt when anything it was built from changed:
+    the tokenizer's fingerprint, the text files (path, size, mtime), ``train``, the cleaning
+    rules or ``limit``. The directory appears atomically.
 
     Args:
         path: Store directory.
@@ -280,10 +332,13 @@ def build_store(
         tgt_file: Target side.
         tokenizer: Encodes both sides.
         split: Name for the report line.
-        train: Drop over-long and badly proportioned pairs (training data only; evaluation data
-            keeps every non-empty pair so that scores are comparable).
-        max_len: With ``train``: most pieces a side may have (BOS/EOS not counted).
-        max_ratio: With ``train``: largest allowed ``max(len) / min(len)`` of the two sides.
+        train: Clean (training data only; evaluation data keeps every non-empty pair so that
+            scores are comparable).
+        max_len: With ``train`` and no ``cleaning``: most pieces a side may have (BOS/EOS not
+            counted).
+        max_ratio: With ``train`` and no ``cleaning``: largest allowed ``max(len) / min(len)``.
+        cleaning: With ``train``: the full rules (default: ``max_len`` and ``max_ratio`` only).
+        langs: ``(source, target)`` language codes, for the language-id rule.
         limit: Use only the first ``limit`` lines (0 = all).
         chunk_size: Pairs encoded at a time.
         log: Receives the one report line (default: printed on stderr).
@@ -294,6 +349,11 @@ def build_store(
     Raises:
         UserError: The text is invalid (see :func:`iter_parallel`) or no pair is left.
     """
+    rules = (
+        (cleaning or CleaningRules(max_len=max_len, max_ratio=max_ratio))
+        if train
+        else CleaningRules()
+    )
     path, src_file, tgt_file = Path(path), Path(src_file), Path(tgt_file)
     key = {
         "format": STORE_FORMAT,
@@ -301,8 +361,9 @@ def build_store(
         "src": _file_key(src_file) if src_file.is_file() else str(src_file),
         "tgt": _file_key(tgt_file) if tgt_file.is_file() else str(tgt_file),
         "train": train,
-        "max_len": max_len if train else None,
-        "max_ratio": max_ratio if train else None,
+        "max_len": rules.max_len,
+        "max_ratio": rules.max_ratio,
+        "cleaning": rules.key(),
         "limit": limit,
     }
     try:
@@ -311,7 +372,8 @@ def build_store(
     except (FileNotFoundError, ValueError):
         pass
 
-    stats = ReadStats(split)
+    stats = CleaningReport(split, rules=rules)
+    cleaner = Cleaner(rules=rules, src_lang=langs[0], tgt_lang=langs[1], report=stats)
     dtypes = {
         "src": _id_dtype(tokenizer.src_vocab_size),
         "tgt": _id_dtype(tokenizer.tgt_vocab_size),
@@ -326,28 +388,34 @@ def build_store(
             ends[side].append(np.zeros(1, np.int64))
         totals = {"src": 0, "tgt": 0}
         pairs = iter_parallel(src_file, tgt_file, limit=limit, stats=stats)
+        if train and (rules.dedup != "none" or rules.langid):
+            pairs = (p for p in pairs if cleaner.keep_text(p[1], p[2]))
         while chunk := list(itertools.islice(pairs, chunk_size)):
             line_nos, srcs, tgts = zip(*chunk)
+            del chunk
             encoded = {"src": tokenizer.encode_src(srcs), "tgt": tokenizer.encode_tgt(tgts)}
-            keep = []
-            for j, (a, b) in enumerate(zip(encoded["src"], encoded["tgt"])):
-                la, lb = len(a), len(b)
-                if train and (la == 0 or lb == 0):
-                    stats.empty += 1
-                elif train and max(la, lb) > max_len:
-                    stats.too_long += 1
-                elif train and max(la, lb) > max_ratio * max(min(la, lb), 1):
-                    stats.bad_ratio += 1
-                else:
-                    keep.append(j)
+            del srcs, tgts
+            lens = {
+                side: np.fromiter(map(len, encoded[side]), np.int64, len(line_nos))
+                for side in ("src", "tgt")
+            }
+            if train:
+                keep = cleaner.keep_pieces_array(lens["src"], lens["tgt"])
+            else:
+                keep = np.ones(len(line_nos), bool)
             for side in ("src", "tgt"):
-                seqs = [encoded[side][j] for j in keep]
-                lens = np.fromiter((len(s) for s in seqs), np.int64, len(seqs))
-                flat = np.fromiter(itertools.chain.from_iterable(seqs), np.int64, int(lens.sum()))
+                seqs = encoded[side]
+                kept_lens = lens[side][keep]
+                if keep.all():
+                    flat_seqs = seqs
+                else:
+                    flat_seqs = [seq for seq, k in zip(seqs, keep.tolist()) if k]
+                total = int(kept_lens.sum())
+                flat = np.fromiter(itertools.chain.from_iterable(flat_seqs), np.int64, total)
                 ids[side].append(flat)
-                ends[side].append(totals[side] + np.cumsum(lens))
-                totals[side] += int(lens.sum())
-            lines.append(np.asarray([line_nos[j] for j in keep], np.int64))
+                ends[side].append(totals[side] + np.cumsum(kept_lens))
+                totals[side] += total
+            lines.append(np.asarray(line_nos, np.int64)[keep])
         if stats.kept == 0:
             raise UserError(f"no sentence pairs left in {src_file} / {tgt_file}: {stats.summary()}")
         for side in ("src", "tgt"):
@@ -362,12 +430,7 @@ def build_store(
             "tgt_dtype": dtypes["tgt"].name,
             "src_tokens": totals["src"],
             "tgt_tokens": totals["tgt"],
-            "stats": {
-                "lines": stats.lines,
-                "empty": stats.empty,
-                "too_long": stats.too_long,
-                "bad_ratio": stats.bad_ratio,
-            },
+            "stats": stats.to_dict(),
         }
         with atomic_open(tmp / "header.json", "w", encoding="utf-8") as f:
             json.dump(header, f, indent=1)

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
+from seq2seq.cleaning import CleaningRules
 from seq2seq.config import ExperimentConfig
 from seq2seq.corpora import parse_pair, prepare_corpus
 from seq2seq.data import (
@@ -41,9 +42,10 @@ from seq2seq.data import (
     collate,
     iter_parallel,
     read_parallel,
+    split_tsv,
 )
 from seq2seq.errors import UserError
-from seq2seq.tokenizer import Tokenizer, model_files, train_tokenizer
+from seq2seq.tokenizer import Tokenizer, ensure_tokenizer
 
 __all__ = ["TranslationDataModule"]
 
@@ -98,28 +100,49 @@ class TranslationDataModule(pl.LightningDataModule):
 
     # ---- files ----
 
+    def _prefix(self, split: str) -> str:
+        d = self.cfg.data
+        prefixes = {d.train_split: d.train_prefix, d.valid_split: d.valid_prefix}
+        prefix = prefixes.get(split, split)
+        if prefix is None:
+            key = "train_prefix" if split == d.train_split else "valid_prefix"
+            raise UserError(f"data.corpus is files, so data.{key} must be set")
+        return prefix
+
+    def _tsv(self, split: str) -> Path | None:
+        """The tab-separated pair file behind a ``corpus: files`` split, if it is one."""
+        prefix = self._prefix(split)
+        if Path(prefix).is_file() and not Path(f"{prefix}.{self.src_lang}").is_file():
+            return Path(prefix)
+        return None
+
     def split_files(self, split: str) -> tuple[Path, Path]:
         """Source and target text files of ``split`` (not created here).
 
         With ``corpus: files`` the training and validation splits are ``train_prefix`` and
         ``valid_prefix`` plus ``.{src_lang}`` / ``.{tgt_lang}``; any other split name is itself
-        taken as a prefix (so ``test_splits`` can list file prefixes).
+        taken as a prefix (so ``test_splits`` can list file prefixes). A prefix that is a file
+        is a tab-separated pair file: its two columns become ``work_dir/data/text/NAME.{lang}``.
         """
         d = self.cfg.data
-        if d.corpus == "files":
-            prefixes = {d.train_split: d.train_prefix, d.valid_split: d.valid_prefix}
-            prefix = prefixes.get(split, split)
-            if prefix is None:
-                key = "train_prefix" if split == d.train_split else "valid_prefix"
-                raise UserError(f"data.corpus is files, so data.{key} must be set")
-            return Path(f"{prefix}.{self.src_lang}"), Path(f"{prefix}.{self.tgt_lang}")
         text_dir = self.data_dir / "text"
+        if d.corpus == "files":
+            tsv = self._tsv(split)
+            if tsv is None:
+                prefix = self._prefix(split)
+                return Path(f"{prefix}.{self.src_lang}"), Path(f"{prefix}.{self.tgt_lang}")
+            name = split if split in (d.train_split, d.valid_split) else tsv.name
+            return text_dir / f"{name}.{self.src_lang}", text_dir / f"{name}.{self.tgt_lang}"
         return text_dir / f"{split}.{self.src_lang}", text_dir / f"{split}.{self.tgt_lang}"
 
     def _fetch(self, splits: list[str]) -> None:
         d = self.cfg.data
         if d.corpus == "files":
             for split in splits:
+                tsv = self._tsv(split)
+                if tsv is not None:
+                    split_tsv(tsv, *self.split_files(split), columns=d.tsv_columns)
+                    continue
                 for path in self.split_files(split):
                     if not path.is_file():
                         raise UserError(f"{split} file not found: {path}")
@@ -148,9 +171,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self._fetch([d.train_split, d.valid_split])
         train_src, train_tgt = self.split_files(d.train_split)
         valid_src, valid_tgt = self.split_files(d.valid_split)
-        if not all(p.is_file() for p in model_files(self.work_dir, joint=d.joint_vocab)):
-            self._train_tokenizer(train_src, train_tgt)
-        tokenizer = Tokenizer.load(self.work_dir, joint=d.joint_vocab)
+        tokenizer = self._tokenizer(train_src, train_tgt)
         build_store(
             self.data_dir / "train",
             train_src,
@@ -158,8 +179,10 @@ class TranslationDataModule(pl.LightningDataModule):
             tokenizer,
             split=d.train_split,
             train=True,
-            max_len=d.max_len,
-            max_ratio=d.max_ratio,
+            cleaning=CleaningRules(
+                dedup=d.dedup, langid=d.langid, max_len=d.max_len, max_ratio=d.max_ratio
+            ),
+            langs=(self.src_lang, self.tgt_lang),
             limit=d.max_train_pairs,
             log=_stderr,
         )
@@ -174,8 +197,10 @@ class TranslationDataModule(pl.LightningDataModule):
             log=_stderr,
         )
 
-    def _train_tokenizer(self, train_src: Path, train_tgt: Path) -> None:
-        """SentencePiece on the training split only (its first ``max_train_pairs`` pairs)."""
+    def _tokenizer(self, train_src: Path, train_tgt: Path) -> Tokenizer:
+        """SentencePiece on the training split only (its first ``max_train_pairs`` pairs), or
+        the model already in ``work_dir`` when it was trained the same way, or ``data.spm_model``
+        (:func:`seq2seq.tokenizer.ensure_tokenizer`)."""
         d = self.cfg.data
         options = {
             "model_type": d.spm_type,
@@ -187,8 +212,9 @@ class TranslationDataModule(pl.LightningDataModule):
         }
         if not d.max_train_pairs:
             check_parallel(train_src, train_tgt)
-            train_tokenizer(train_src, train_tgt, self.work_dir, **options)
-            return
+            return ensure_tokenizer(
+                self.work_dir, train_src, train_tgt, spm_model=d.spm_model, **options
+            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=self.data_dir, prefix=".spm-input-") as tmp:
             src_path, tgt_path = Path(tmp) / "train.src", Path(tmp) / "train.tgt"
@@ -199,7 +225,9 @@ class TranslationDataModule(pl.LightningDataModule):
                 for _, src, tgt in iter_parallel(train_src, train_tgt, limit=d.max_train_pairs):
                     fs.write(src + "\n")
                     ft.write(tgt + "\n")
-            train_tokenizer(src_path, tgt_path, self.work_dir, **options)
+            return ensure_tokenizer(
+                self.work_dir, src_path, tgt_path, spm_model=d.spm_model, **options
+            )
 
     def _open_store(self, name: str, fingerprint: str) -> TokenStore:
         store = TokenStore(self.data_dir / name)

@@ -84,6 +84,7 @@ __all__ = [
     "CTranslate2Engine",
     "OnnxEngine",
     "OnnxState",
+    "TORCH_PRECISIONS",
     "TorchEngine",
     "load_ctranslate2",
     "load_onnx",
@@ -103,11 +104,24 @@ def _threads(threads: int | None) -> int:
 # PyTorch
 
 
+TORCH_PRECISIONS = ("float32", "bfloat16", "int8")
+"""What :class:`TorchEngine` can run the model in."""
+
+
 class TorchEngine:
     """seq2seq.search over a :class:`~seq2seq.model.Seq2SeqTransformer` in PyTorch.
 
     ``use_cache=False`` decodes with ``decode_step_uncached`` (recomputes the prefix every
     step): the benchmark baseline and the reference the KV cache is tested against.
+
+    ``precision``: ``float32`` (the trained weights as they are); ``bfloat16`` (every weight
+    and activation in bfloat16, log-probs and beam scores still float32; fast only on CPUs
+    with native bfloat16 matrix multiplies, AVX-512 BF16 or AMX, and on GPUs); ``int8``
+    (CPU only: every linear layer, the output projection included, becomes
+    ``torch.ao.quantization``'s dynamically quantized linear layer: int8 weights, activations
+    quantized per call; embeddings, norms and attention stay float32). The README's Benchmarks
+    section says what was measured of their speed; their BLEU change was not measured yet
+    (``benchmarks/export_parity.py MODEL_DIR --engines torch-int8,torch-bf16``).
     """
 
     def __init__(
@@ -116,13 +130,24 @@ class TorchEngine:
         *,
         device: str | torch.device = "cpu",
         use_cache: bool = True,
+        precision: str = "float32",
         pad_id: int,
         bos_id: int,
         eos_id: int,
         unk_id: int,
     ) -> None:
+        if precision not in TORCH_PRECISIONS:
+            raise UserError(
+                f"unknown precision {precision!r}; expected one of {', '.join(TORCH_PRECISIONS)}"
+            )
         self.device = torch.device(device)
-        self.model = model.to(self.device).eval()
+        self.precision = precision
+        model = model.to(self.device).eval()
+        if precision == "bfloat16":
+            model = model.to(torch.bfloat16)
+        elif precision == "int8":
+            model = _quantize_linear_layers(model, self.device)
+        self.model = model
         self.use_cache = use_cache
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = pad_id, bos_id, eos_id, unk_id
 
@@ -144,7 +169,7 @@ class TorchEngine:
         model = self.model
         return run_search(
             model.decode_step if self.use_cache else model.decode_step_uncached,
-            reorder_state,
+            _recycling_reorder,
             model.start_state(self._pad(src)),
             src,
             opts,
@@ -155,6 +180,26 @@ class TorchEngine:
             unk_id=self.unk_id,
             device=self.device,
         )
+
+
+def _quantize_linear_layers(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """A copy of ``model`` whose ``nn.Linear`` layers are dynamically quantized to int8."""
+    if device.type != "cpu":
+        raise UserError(f"int8 torch inference runs on the CPU, not {device.type}")
+    import warnings
+
+    from torch.ao.quantization import quantize_dynamic
+
+    with warnings.catch_warnings():  # torch.ao.quantization announces its move to torchao
+        warnings.simplefilter("ignore")
+        return quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8, inplace=False)
+
+
+def _recycling_reorder(state, index: Tensor):
+    """The torch engine's ``reorder``: seq2seq.search never uses a state again once it has
+    reordered it (``state = reorder(state, index)``), so the KV cache may alternate between two
+    buffers instead of allocating new ones (:meth:`DecoderState.reorder`)."""
+    return state.reorder(index, recycle=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -486,17 +531,30 @@ class CTranslate2Engine:
 
 
 def load_torch(
-    model_dir: str | Path, *, device: str = "cpu", use_cache: bool = True
+    model_dir: str | Path,
+    *,
+    device: str = "cpu",
+    use_cache: bool = True,
+    precision: str = "float32",
 ) -> LoadedEngine:
-    """``model_dir`` is a model directory written by ``seq2seq train`` or ``seq2seq average``."""
+    """``model_dir`` is a model directory written by ``seq2seq train`` or ``seq2seq average``.
+
+    ``precision``: see :class:`TorchEngine` (``torch-bf16`` and ``torch-int8`` in ENGINES).
+    On the CPU this also makes the process keep freed memory for reuse
+    (:func:`seq2seq.cpu_memory.keep_freed_memory`).
+    """
+    from seq2seq.cpu_memory import keep_freed_memory
     from seq2seq.modeldir import load_model_dir
     from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
+    if torch.device(device).type == "cpu":
+        keep_freed_memory()  # a beam step's (N, V) tensors would be faulted in anew each step
     loaded = load_model_dir(model_dir, device=device)
     engine = TorchEngine(
         loaded.model,
         device=device,
         use_cache=use_cache,
+        precision=precision,
         pad_id=PAD_ID,
         bos_id=BOS_ID,
         eos_id=EOS_ID,
@@ -548,6 +606,8 @@ def load_onnx(model_dir: str | Path, *, device: str = "cpu") -> LoadedEngine:
 ENGINES: dict[str, Callable[..., LoadedEngine]] = {
     "torch": load_torch,
     "torch-nocache": functools.partial(load_torch, use_cache=False),
+    "torch-bf16": functools.partial(load_torch, precision="bfloat16"),
+    "torch-int8": functools.partial(load_torch, precision="int8"),
     "ctranslate2": load_ctranslate2,
     "onnx": load_onnx,
 }

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 import torch
 from torch import Tensor, nn
 
+from seq2seq.attention import KVCache, KVSlot
 from seq2seq.config import ModelConfig
 from seq2seq.layers import (
     DecoderLayer,
@@ -62,6 +63,10 @@ class DecoderState:
             heads), filled only when the step was asked for weights.
         memory_rows: (N,) the memory row of each decoder row; None means row i uses memory
             row i (N = M).
+        kv_cache: the preallocated buffers that ``self_kv`` are views of (see
+            :class:`seq2seq.attention.KVCache`), or None. Only an accelerator: a step uses it
+            when it still holds exactly ``self_kv`` and otherwise copies ``self_kv`` into a
+            new one, so replacing ``self_kv`` by other tensors is always safe.
     """
 
     src_pad: Tensor
@@ -70,12 +75,20 @@ class DecoderState:
     position: int = 0
     cross_attention: Tensor | None = None
     memory_rows: Tensor | None = None
+    kv_cache: KVCache | None = None
 
-    def reorder(self, index: Tensor) -> DecoderState:
+    def reorder(self, index: Tensor, *, recycle: bool = False) -> DecoderState:
         """Select rows (N,) -> (N',) of the state: beam expansion, reordering, pruning.
 
         The decoder rows' caches are selected; the memory is only compacted when some
         sentence no longer has a row.
+
+        Args:
+            index: (N',) rows to keep, in order (repeats allowed).
+            recycle: this state will not be used again (a search loop's ``state =
+                reorder(state, index)``): the new state's self-attention cache may be written
+                into the buffers of an earlier state instead of new ones (see
+                :meth:`seq2seq.attention.KVCache.select`). Without it this state is untouched.
         """
 
         rows = index if self.memory_rows is None else self.memory_rows.index_select(0, index)
@@ -84,15 +97,22 @@ class DecoderState:
         if used.numel() < src_pad.size(0):
             src_pad, cross_kv = _select_rows(src_pad, cross_kv, used)
             rows = torch.searchsorted(used, rows)
+        kv_cache, self_kv = None, None
+        if self.kv_cache is not None and self.kv_cache.holds(self.self_kv):
+            kv_cache = self.kv_cache.select(index, recycle=recycle)
+            self_kv = kv_cache.views()
+        elif self.self_kv is not None:
+            self_kv = _select_kv(self.self_kv, index)
         return DecoderState(
             src_pad=src_pad,
             cross_kv=cross_kv,
-            self_kv=None if self.self_kv is None else _select_kv(self.self_kv, index),
+            self_kv=self_kv,
             position=self.position,
             cross_attention=None
             if self.cross_attention is None
             else self.cross_attention.index_select(0, index),
             memory_rows=rows,
+            kv_cache=kv_cache,
         )
 
     def row_memory(self) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
@@ -100,6 +120,12 @@ class DecoderState:
         if self.memory_rows is None:
             return self.src_pad, self.cross_kv
         return _select_rows(self.src_pad, self.cross_kv, self.memory_rows)
+
+
+def _layer_cache(
+    cache: list[tuple[Tensor, Tensor]] | None, layer: int
+) -> tuple[Tensor, Tensor] | None:
+    return None if cache is None else cache[layer]
 
 
 def _select_kv(kv: list[tuple[Tensor, Tensor]], rows: Tensor) -> list[tuple[Tensor, Tensor]]:
@@ -270,6 +296,7 @@ class Decoder(nn.Module):
         offset: int = 0,
         need_weights: bool = False,
         memory_rows: Tensor | None = None,
+        kv_cache: KVCache | None = None,
     ) -> tuple[Tensor, list[tuple[Tensor, Tensor]], list[LayerWeights]]:
         """Decode new target positions.
 
@@ -281,6 +308,9 @@ class Decoder(nn.Module):
             offset: absolute position of tgt_ids[:, 0].
             memory_rows: (B,) the memory row of each target row (see DecoderState);
                 None: M = B, row i uses memory row i.
+            kv_cache: instead of ``cache``, the earlier positions in a
+                :class:`~seq2seq.attention.KVCache`; the new ones are written into it and its
+                frontier advanced by T.
 
         Returns:
             (hidden states (B, T, D), per-layer new self (K, V), per-layer weights).
@@ -288,15 +318,21 @@ class Decoder(nn.Module):
         t = tgt_ids.size(1)
         x = self.embedding(tgt_ids) + self.positions(t, offset)  # (B, T, D)
         x = self.dropout(x)
-        past = 0 if cache is None else cache[0][0].size(2)
+        if kv_cache is not None:
+            past = kv_cache.length
+        else:
+            past = 0 if cache is None else cache[0][0].size(2)
         k_len = past + t
         # SDPA's causal flag is top-left aligned: exactly right only for a square, cache-free mask.
-        is_causal = self.self_mask == "causal" and cache is None and not need_weights
-        # With a trimmed (sliding-window) cache the keys are the last k_len positions, so the
-        # bottom-right aligned mask still sees the right relative positions.
-        self_mask = None if is_causal else self.structural_mask(t, k_len, x.device)  # (T, Tk)
-        if self_mask is not None and bool(self_mask.all()):
-            self_mask = None  # nothing hidden (a cached causal step): SDPA's mask-free path
+        is_causal = self.self_mask == "causal" and past == 0 and not need_weights
+        if is_causal or (self.self_mask == "causal" and t == 1):
+            self_mask = None  # one causal query sees every key: SDPA's mask-free path
+        else:
+            # With a trimmed (sliding-window) cache the keys are the last k_len positions, so
+            # the bottom-right aligned mask still sees the right relative positions.
+            self_mask = self.structural_mask(t, k_len, x.device)  # (T, Tk)
+            if bool(self_mask.all()):
+                self_mask = None  # nothing hidden: SDPA's mask-free path
         group = memory_groups(memory_rows, src_pad.size(0))
         if group is None:  # rows share memory rows irregularly: expand the memory to them
             src_pad, cross_kv = _select_rows(src_pad, cross_kv, memory_rows)
@@ -310,12 +346,14 @@ class Decoder(nn.Module):
                 self_mask=self_mask,
                 is_causal=is_causal,
                 cross_mask=cross_mask,
-                cache=None if cache is None else cache[i],
+                cache=KVSlot(kv_cache, i) if kv_cache is not None else _layer_cache(cache, i),
                 need_weights=need_weights,
                 group=group,
             )
             new_cache.append(kv)
             weights.append(w)
+        if kv_cache is not None:
+            kv_cache.advance(t)
         if self.final_norm is not None:
             x = self.final_norm(x)
         return x, new_cache, weights
@@ -476,14 +514,23 @@ class Seq2SeqTransformer(nn.Module):
             (log-probs (N, V) in float32, the new state).
         """
         new_ids = prefix[:, state.position :]  # (N, t_new), normally t_new = 1
+        kv_cache = None
+        if self.decoder.self_mask != "window":  # (a window trims its cache instead)
+            kv_cache = state.kv_cache
+            if kv_cache is None or not kv_cache.holds(state.self_kv):  # copy-on-write
+                if state.self_kv is None:
+                    kv_cache = KVCache(n_layers=len(self.decoder.layers), rows=prefix.size(0))
+                else:
+                    kv_cache = KVCache.from_kv(state.self_kv)
         hidden, kv, weights = self.decoder(
             new_ids,
             state.cross_kv,
             state.src_pad,
-            cache=state.self_kv,
+            cache=None if kv_cache is not None else state.self_kv,
             offset=state.position,
             need_weights=need_weights,
             memory_rows=state.memory_rows,
+            kv_cache=kv_cache,
         )
         if self.decoder.self_mask == "window":
             keep = self.decoder.window - 1  # keys the next query can still see besides itself
@@ -493,7 +540,13 @@ class Seq2SeqTransformer(nn.Module):
             ]
         log_probs = self.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (N, V)
         cross = weights[-1].cross_attn[:, :, -1].mean(dim=1) if need_weights else None  # (N, S)
-        return log_probs, replace(state, self_kv=kv, position=prefix.size(1), cross_attention=cross)
+        return log_probs, replace(
+            state,
+            self_kv=kv,
+            position=prefix.size(1),
+            cross_attention=cross,
+            kv_cache=kv_cache,
+        )
 
     def decode_step_uncached(
         self, prefix: Tensor, state: DecoderState, *, need_weights: bool = False

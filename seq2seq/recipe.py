@@ -26,7 +26,7 @@ from pathlib import Path
 from seq2seq.average import checkpoints_to_average
 from seq2seq.cli import main as seq2seq
 from seq2seq.config import load_config
-from seq2seq.corpora import prepare_corpus
+from seq2seq.corpora import get_corpus, prepare_corpus
 from seq2seq.errors import UserError
 
 __all__ = ["main"]
@@ -101,27 +101,40 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     parser.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
     parser.add_argument("--no-export", action="store_true", help="skip the export stage")
     parser.add_argument("overrides", nargs="*", metavar="key.sub=value")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
 
     # ---- config: the YAML, the language pair, the user's overrides -------------------------
     overrides = [*([f"data.pair={args.pair}"] if args.pair else []), *args.overrides]
     cfg = load_config(args.config, overrides)
     if cfg.data.corpus != corpus:
+        script = "own_files" if cfg.data.corpus == "files" else cfg.data.corpus
         raise UserError(
-            f"{args.config} trains on {cfg.data.corpus}, not {corpus}; "
-            f"use recipes/{cfg.data.corpus}.py"
+            f"{args.config} trains on {cfg.data.corpus}, not {corpus}; use recipes/{script}.py"
         )
     args.pair = cfg.data.pair
     out = Path(args.out)
     model_dir, averaged_dir = out / "model", out / "averaged"
     src_lang, tgt_lang = args.pair.split("-")
-    tokenized_lc = cfg.data.variant == "tok"
+    # a model trained on tokenized lowercased text (Multi30K tok, IWSLT14 fairseq) is scored
+    # with --tokenized-lc; a raw-text one both detokenized and --moses-lc
+    tokenized_lc = corpus != "files" and cfg.data.variant in get_corpus(corpus).tokenized_variants
     mirror = ["--mirror", args.mirror] if args.mirror else []
 
     # ---- corpus: every split the source (internet or mirror) has --------------------------
     corpus_dir = out / "corpus"
     splits = {}
-    for split in (cfg.data.train_split, cfg.data.valid_split, *cfg.data.test_splits):
+    if corpus == "files":
+        # the user's files (line-aligned pairs or tab-separated): checked now, read by train
+        from seq2seq.datamodule import TranslationDataModule
+
+        files_dm = TranslationDataModule(cfg, corpus_dir)
+        for split in (cfg.data.train_split, cfg.data.valid_split):
+            files_dm.split_files(split)  # a prefix must be set: a clear error now, not in train
+        for split in cfg.data.test_splits:
+            splits[split] = files_dm.test_files(split)
+    for split in () if corpus == "files" else (
+        cfg.data.train_split, cfg.data.valid_split, *cfg.data.test_splits
+    ):  # fmt: skip
         try:
             files = prepare_corpus(
                 cfg.data.corpus,
@@ -179,7 +192,7 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
                     "--out-dir", str(out / "eval"), *flags,
                 )  # fmt: skip
             scores = json.loads(scores_json.read_text(encoding="utf-8"))["scores"]
-            results.append((split, scoring, scores))
+            results.append((split if corpus != "files" else Path(src).stem, scoring, scores))
 
     # ---- export for inference ---------------------------------------------------------------
     export_dir = out / "export" / "ctranslate2"

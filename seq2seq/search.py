@@ -162,6 +162,10 @@ def _constrain(
     rows at their max length may only emit EOS. The forced EOS wins over ``min_len`` (fairseq
     would leave no token at all there; it asserts ``min_len <= max_len`` instead).
 
+    Beam and greedy search mostly skip this function (:func:`_fused_columns` applies the same
+    rules to a few columns per row): a rule added here must be added to
+    :func:`_constrain_columns` too, or make :func:`_fused_columns` return None when it applies.
+
     Args:
         log_probs: (N, V) from the step function; half precision is promoted to float32.
         prefix: (N, t+1) tokens so far, BOS first.
@@ -194,6 +198,221 @@ def _constrain(
         only_eos[:, eos_id] = eos_lp
         lp = torch.where(forced[:, None], only_eos, lp)
     return lp
+
+
+_FUSED_MIN_VOCAB = 64
+"""Vocabularies at least this large (and at least 4 * beam + 8) take the fused candidate path."""
+
+
+def _constrain_columns(
+    vals: Tensor,
+    toks: Tensor,
+    eos_col: int,
+    generated: int,
+    max_lens: Tensor,
+    *,
+    eos_id: int,
+    pad_id: int,
+    bos_id: int,
+    min_len: int,
+    unk_id: int | None,
+    unk_penalty: float,
+) -> Tensor:
+    """:func:`_constrain`'s rules (but the n-gram ban) on some columns of each row.
+
+    Args:
+        vals: (N, C) log-probs of the tokens ``toks`` (N, C), no NaN; column ``eos_col`` holds
+            EOS in every row, and no other column does.
+        generated: tokens generated so far (BOS not counted).
+        max_lens: (N,) max length of each row's sentence.
+
+    Returns:
+        (N, C) the constrained values: exactly what :func:`_constrain` gives those tokens.
+    """
+    banned = toks == pad_id
+    if bos_id != eos_id:
+        banned |= toks == bos_id
+    vals = vals.masked_fill(banned, _NEG_INF)
+    if unk_id is not None and unk_penalty:
+        vals = torch.where(toks == unk_id, vals - unk_penalty, vals)
+    eos_lp = vals[:, eos_col].clone()  # (N,) kept for the forced rows
+    if generated < min_len:
+        vals[:, eos_col] = _NEG_INF
+    forced = generated + 1 >= max_lens  # (N,)
+    if bool(forced.any()):
+        only_eos = torch.full_like(vals, _NEG_INF)
+        only_eos[:, eos_col] = eos_lp
+        vals = torch.where(forced[:, None], only_eos, vals)
+    return vals
+
+
+def _fused_columns(
+    log_probs: Tensor,
+    n_best: int,
+    generated: int,
+    max_lens: Tensor,
+    *,
+    eos_id: int,
+    pad_id: int,
+    bos_id: int,
+    min_len: int,
+    no_repeat_ngram: int,
+    unk_id: int | None,
+    unk_penalty: float,
+) -> tuple[Tensor, Tensor, Tensor] | None:
+    """Each row's columns that can hold its ``n_best`` best constrained log-probs.
+
+    Those are among the row's ``n_best + 4`` best raw log-probs (the rules lower at most pad,
+    BOS, EOS and unk) plus EOS and unk themselves (the rules may raise them: a forced EOS, a
+    negative unk penalty), taken as extra columns and removed from the top-k part. One top-k
+    reads the (N, V) matrix once, where :func:`_constrain` writes a copy of it.
+
+    Returns:
+        (vals, toks, outside): the constrained log-probs (N, C) of the tokens ``toks`` (N, C),
+        in float32 or wider, and (N,) a bound on the constrained log-prob of every other
+        token of the row (the smallest raw log-prob of the top-k part; -inf in rows where only
+        EOS is allowed); or None when the exact path must run: a NaN in the step's output (it
+        ranks first in a top-k), an n-gram ban (any number of tokens per row), or a small
+        vocabulary.
+    """
+    rows, V = log_probs.shape
+    k = n_best + 4
+    if no_repeat_ngram > 0 or V < max(_FUSED_MIN_VOCAB, 2 * k):
+        return None
+    vals, toks = log_probs.topk(k, dim=1)  # (N, k) one read of the (N, V) matrix
+    if bool(vals.isnan().any()):
+        return None
+    outside = vals[:, -1]
+    extra = [eos_id]
+    if unk_id is not None and unk_penalty and unk_id != eos_id:
+        extra.append(unk_id)
+    extra_ids = torch.tensor(extra, device=toks.device)  # (E,)
+    dup = (toks[:, :, None] == extra_ids).any(-1)  # (N, k) taken as extra columns instead
+    toks = torch.cat([toks.masked_fill(dup, pad_id), extra_ids.expand(rows, -1)], 1)
+    vals = torch.cat([vals.masked_fill(dup, _NEG_INF), log_probs[:, extra]], 1)
+    if vals.dtype in (torch.float16, torch.bfloat16):
+        vals, outside = vals.float(), outside.float()
+    vals = _constrain_columns(
+        vals,
+        toks,
+        k,
+        generated,
+        max_lens,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        min_len=min_len,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+    )  # (N, C)
+    outside = outside.masked_fill(generated + 1 >= max_lens, _NEG_INF)  # forced rows: EOS only
+    return vals, toks, outside
+
+
+def _greedy_pick(
+    log_probs: Tensor,
+    prefix: Tensor,
+    max_lens: Tensor,
+    **rules: object,
+) -> tuple[Tensor, Tensor] | None:
+    """Greedy's token (N,) and its constrained log-prob (N,) without :func:`_constrain`'s copy.
+
+    The same token as ``argmax`` of the constrained row (the lowest id among equal maxima),
+    or None (the exact path runs) when a row's maximum could tie with a token outside the
+    columns looked at, or a row has no finite entry (it ends with EOS on the exact path).
+    """
+    fused = _fused_columns(log_probs, 1, prefix.size(1) - 1, max_lens, **rules)  # type: ignore[arg-type]
+    if fused is None:
+        return None
+    vals, toks, outside = fused
+    best = vals.max(dim=1).values  # (N,)
+    if not bool((outside < best).all()):  # a tie outside the columns, or a dead row
+        return None
+    tok = toks.masked_fill(vals != best[:, None], log_probs.size(1)).min(dim=1).values
+    return tok, best
+
+
+def _beam_candidates(
+    log_probs: Tensor,
+    prefix: Tensor,
+    max_lens: Tensor,
+    scores: Tensor,
+    *,
+    beam_size: int,
+    eos_id: int,
+    pad_id: int,
+    bos_id: int,
+    min_len: int,
+    no_repeat_ngram: int,
+    unk_id: int | None,
+    unk_penalty: float,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The best 2K (beam, token) continuations of each sentence, by cumulative log-prob.
+
+    The exact definition: :func:`_constrain` the step's log-probs, add each beam's score, take
+    the top 2K of each sentence's K * V continuations. That reads and writes the whole (N, V)
+    matrix three times (NaN guard, score add, top-k) and allocates two copies of it. The fused
+    path reads it once: a beam's continuations that can reach its sentence's top 2K are among
+    its own 2K + 4 best raw log-probs (the 4: pad, BOS, EOS and unk, the only tokens the rules
+    move) plus EOS and unk, taken as extra columns. So it takes a per-row top-(2K + 4), applies
+    the rules to those columns only (:func:`_constrain_columns`) and picks the 2K best of the
+    small (Ba, K * (2K + 6)) matrix. The candidate values are the same floating-point sums as
+    the exact path's; only the order among exactly equal scores may differ (top-k ties are
+    unordered in both). NaN anywhere in a row shows in its top-k (NaN ranks first), and such a
+    step, an n-gram ban, or a small vocabulary takes the exact path.
+
+    Args:
+        log_probs: (N, V) from the step function, N = Ba * K (not modified).
+        prefix: (N, t+1) tokens so far, BOS first.
+        max_lens: (N,) max length of each row's sentence.
+        scores: (N,) cumulative log-prob of each beam (-inf for dead beams).
+
+    Returns:
+        (cand_scores, cand_beam, cand_tok, cand_lp), each (Ba, n_cand) with n_cand =
+        min(2K, K * V), best first: the cumulative score, the beam (0..K-1) within the
+        sentence, the token, and the token's own constrained log-prob.
+    """
+    K = beam_size
+    rows, V = log_probs.shape
+    Ba = rows // K
+    n_cand = min(2 * K, K * V)
+    fused = _fused_columns(
+        log_probs,
+        n_cand,
+        prefix.size(1) - 1,
+        max_lens,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+    )
+    if fused is not None:
+        vals, toks, _ = fused  # (N, C) each
+        C = vals.size(1)
+        cum = (scores.to(vals.dtype)[:, None] + vals).view(Ba, K * C)
+        cand_scores, pos = cum.topk(n_cand, dim=1)  # (Ba, 2K)
+        cand_tok = toks.view(Ba, K * C).gather(1, pos)
+        cand_lp = vals.view(Ba, K * C).gather(1, pos)
+        return cand_scores, pos // C, cand_tok, cand_lp
+    lp = _constrain(
+        log_probs,
+        prefix,
+        max_lens,
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+    )  # (N, V)
+    cum = (scores.to(lp.dtype)[:, None] + lp).view(Ba, K * V)  # (Ba, K*V)
+    cand_scores, cand_idx = cum.topk(n_cand, dim=1)  # (Ba, 2K), best first
+    cand_lp = lp.view(Ba, K * V).gather(1, cand_idx)  # (Ba, 2K)
+    return cand_scores, cand_idx // V, cand_idx % V, cand_lp
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,10 +527,17 @@ def beam_search(
     for t in range(int(max_lens.max())):
         log_probs, state = step(tokens, state)  # (N, V)
         Ba = len(alive_list)
-        lp = _constrain(
+        step_attn = attention(state) if attention is not None else None  # (N, S)
+        if step_attn is not None and attn is None:
+            attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
+
+        # Candidates: the best 2K (beam, token) continuations of each sentence.
+        cand_scores, cand_beam, cand_tok, cand_lp = _beam_candidates(
             log_probs,
             tokens,
             max_lens[alive].repeat_interleave(K),
+            scores,
+            beam_size=K,
             eos_id=eos_id,
             pad_id=pad_id,
             bos_id=bos_id,
@@ -319,21 +545,11 @@ def beam_search(
             no_repeat_ngram=no_repeat_ngram,
             unk_id=unk_id,
             unk_penalty=unk_penalty,
-        )  # (N, V)
-        V = lp.size(1)
-        step_attn = attention(state) if attention is not None else None  # (N, S)
-        if step_attn is not None and attn is None:
-            attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
-        scores = scores.to(lp.dtype)
-        token_scores = token_scores.to(lp.dtype)
-
-        # Candidates: the best 2K (beam, token) continuations of each sentence.
-        cum = (scores[:, None] + lp).view(Ba, K * V)  # (Ba, K*V)
-        n_cand = min(2 * K, K * V)
-        cand_scores, cand_idx = cum.topk(n_cand, dim=1)  # (Ba, 2K), best first
-        cand_tok = cand_idx % V  # (Ba, 2K)
-        cand_rows = cand_idx // V + (torch.arange(Ba, device=dev) * K)[:, None]  # (Ba, 2K) in N
-        cand_lp = lp.view(Ba, K * V).gather(1, cand_idx)  # (Ba, 2K) the token's own log-prob
+        )  # each (Ba, 2K), best first; cand_lp is the token's own (constrained) log-prob
+        n_cand = cand_scores.size(1)
+        scores = scores.to(cand_lp.dtype)
+        token_scores = token_scores.to(cand_lp.dtype)
+        cand_rows = cand_beam + (torch.arange(Ba, device=dev) * K)[:, None]  # (Ba, 2K) in N
         is_eos = cand_tok == eos_id  # (Ba, 2K)
 
         # Finalize EOS candidates among the first K (bookkeeping only: one loop over them).
@@ -406,7 +622,7 @@ def _decode_one_each(
     step: StepFn,
     reorder: ReorderFn,
     state: State,
-    choose: Callable[[Tensor], Tensor],
+    choose: Callable[[Tensor], Tensor] | None,
     *,
     batch_size: int,
     bos_id: int,
@@ -423,7 +639,8 @@ def _decode_one_each(
     """Extend each sentence by the token ``choose`` picks until EOS; drop finished rows.
 
     ``choose(lp (N, V)) -> (N,)`` picks one token per row of the constrained log-probs; rows
-    without any finite entry get EOS instead, so every sentence ends.
+    without any finite entry get EOS instead, so every sentence ends. ``choose=None`` is the
+    argmax (greedy search), which mostly runs without the (N, V) copy (:func:`_greedy_pick`).
     """
     dev = max_lens.device
     results: list[Hypothesis | None] = [None] * batch_size
@@ -432,30 +649,36 @@ def _decode_one_each(
     token_scores = torch.zeros((batch_size, 0), device=dev)  # (N, t)
     attn: Tensor | None = None  # (N, t, S)
 
+    rules = dict(
+        eos_id=eos_id,
+        pad_id=pad_id,
+        bos_id=bos_id,
+        min_len=min_len,
+        no_repeat_ngram=no_repeat_ngram,
+        unk_id=unk_id,
+        unk_penalty=unk_penalty,
+    )
     for _ in range(int(max_lens.max())):
         log_probs, state = step(tokens, state)  # (N, V)
-        lp = _constrain(
-            log_probs,
-            tokens,
-            max_lens[alive],
-            eos_id=eos_id,
-            pad_id=pad_id,
-            bos_id=bos_id,
-            min_len=min_len,
-            no_repeat_ngram=no_repeat_ngram,
-            unk_id=unk_id,
-            unk_penalty=unk_penalty,
-        )  # (N, V)
+        picked = (
+            None
+            if choose is not None
+            else _greedy_pick(log_probs, tokens, max_lens[alive], **rules)
+        )
+        if picked is not None:
+            tok, tok_lp = picked[0], picked[1][:, None]  # (N,), (N, 1)
+        else:
+            lp = _constrain(log_probs, tokens, max_lens[alive], **rules)  # (N, V)
+            dead = ~lp.isfinite().any(-1)  # (N,) nothing allowed: end the row
+            tok = torch.where(dead, eos_id, (choose or _argmax)(lp))  # (N,)
+            tok_lp = lp.gather(1, tok[:, None])  # (N, 1)
         if attention is not None:
             step_attn = attention(state)  # (N, S)
             if attn is None:
                 attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
             attn = torch.cat([attn, step_attn[:, None]], dim=1)  # (N, t+1, S)
-        dead = ~lp.isfinite().any(-1)  # (N,) nothing allowed: end the row
-        tok = torch.where(dead, eos_id, choose(lp))  # (N,)
-        tok_lp = lp.gather(1, tok[:, None])  # (N, 1)
         tokens = torch.cat([tokens, tok[:, None]], dim=1)  # (N, t+2)
-        token_scores = torch.cat([token_scores.to(lp.dtype), tok_lp], dim=1)  # (N, t+1)
+        token_scores = torch.cat([token_scores.to(tok_lp.dtype), tok_lp], dim=1)  # (N, t+1)
 
         done = (tok == eos_id) | (tokens.size(1) - 1 >= max_lens[alive])  # (N,)
         if not bool(done.any()):
@@ -538,7 +761,7 @@ def greedy_search(
         step,
         reorder,
         state,
-        lambda lp: lp.argmax(-1),
+        None,  # the argmax
         batch_size=batch_size,
         bos_id=bos_id,
         eos_id=eos_id,
@@ -551,6 +774,10 @@ def greedy_search(
         unk_penalty=unk_penalty,
         attention=attention,
     )
+
+
+def _argmax(lp: Tensor) -> Tensor:
+    return lp.argmax(-1)
 
 
 def _truncate(lp: Tensor, *, top_k: int, top_p: float) -> Tensor:

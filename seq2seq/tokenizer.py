@@ -15,6 +15,7 @@ import gzip
 import hashlib
 import io
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -32,7 +33,9 @@ __all__ = [
     "TGT_MODEL",
     "UNK_ID",
     "Tokenizer",
+    "ensure_tokenizer",
     "model_files",
+    "trained_options",
     "train_tokenizer",
 ]
 
@@ -167,6 +170,128 @@ def train_tokenizer(
         with atomic_open(target, "wb") as f:
             f.write(proto)
     return Tokenizer.load(out_dir, joint=joint)
+
+
+_MODEL_TYPES = {1: "unigram", 2: "bpe", 3: "word", 4: "char"}
+
+
+def trained_options(path: str | Path) -> dict:
+    """The options a SentencePiece model file was trained with (read from its trainer spec).
+
+    Returns:
+        ``{"model_type", "vocab_size", "character_coverage", "max_sentences"}`` in
+        :func:`train_tokenizer`'s terms.
+    """
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    try:
+        proto.ParseFromString(Path(path).read_bytes())
+    except Exception as e:  # protobuf's DecodeError and friends
+        raise UserError(f"{path} is not a SentencePiece model ({e})") from None
+    spec = proto.trainer_spec
+    return {
+        "model_type": _MODEL_TYPES.get(spec.model_type, str(spec.model_type)),
+        "vocab_size": spec.vocab_size,
+        "character_coverage": round(spec.character_coverage, 6),
+        "max_sentences": spec.input_sentence_size,
+    }
+
+
+def _differences(path: Path, wanted: dict) -> list[str]:
+    have = trained_options(path)
+    out = []
+    for key in ("model_type", "vocab_size", "character_coverage", "max_sentences"):
+        want = round(wanted[key], 6) if key == "character_coverage" else wanted[key]
+        if have[key] != want:
+            out.append(f"{key} {have[key]} (the config says {want})")
+    return out
+
+
+def _given_models(spm_model: Path, *, joint: bool) -> list[Path]:
+    """The model file(s) ``data.spm_model`` names: a file (joint) or a tokenizer directory."""
+    if spm_model.is_dir():
+        files = model_files(spm_model, joint=joint)
+    elif joint:
+        files = [spm_model]
+    else:
+        raise UserError(
+            f"data.spm_model {spm_model} is one file, but data.joint_vocab is false: give a "
+            f"directory holding {SRC_MODEL} and {TGT_MODEL}"
+        )
+    missing = [str(p) for p in files if not p.is_file()]
+    if missing:
+        raise UserError(f"data.spm_model: SentencePiece model not found: {', '.join(missing)}")
+    for path in files:
+        _load_processor(path)  # right special ids, or a clear error
+    return files
+
+
+def ensure_tokenizer(
+    out_dir: str | Path,
+    src_file: str | Path,
+    tgt_file: str | Path,
+    *,
+    spm_model: str | Path | None = None,
+    **options,
+) -> Tokenizer:
+    """The experiment's tokenizer: trained once, reused only when it is the one asked for.
+
+    - ``spm_model`` given: that model (a ``spm.model`` file, or a directory with the model
+      files) is copied into ``out_dir`` and used as it is; ``vocab_size`` and the other training
+      options are then not used. A different model already in ``out_dir`` is an error.
+    - otherwise a model already in ``out_dir`` (a rerun, a resumed or a failed run) is reused
+      only if it was trained with the same ``model_type``, ``vocab_size``,
+      ``character_coverage`` and ``max_sentences`` (read from the model's own trainer spec);
+      a difference is an error naming each option, never a silent reuse.
+    - else SentencePiece is trained on ``src_file``/``tgt_file`` (:func:`train_tokenizer`).
+
+    Args:
+        out_dir: The experiment directory.
+        src_file: Source side of the training text.
+        tgt_file: Target side.
+        spm_model: A SentencePiece model to reuse on purpose.
+        **options: :func:`train_tokenizer`'s keyword arguments (``joint`` included).
+
+    Raises:
+        UserError: A model in ``out_dir`` that differs from what is asked for.
+    """
+    out_dir = Path(out_dir)
+    joint = options.get("joint", True)
+    existing = model_files(out_dir, joint=joint)
+    have = all(p.is_file() for p in existing)
+    if spm_model is not None:
+        given = _given_models(Path(spm_model), joint=joint)
+        if have:
+            for mine, theirs in zip(existing, given):
+                if sha256_file(mine) != sha256_file(theirs):
+                    raise UserError(
+                        f"{mine} is not the SentencePiece model data.spm_model names ({theirs}); "
+                        "remove it, or use a new --out directory"
+                    )
+        else:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            for mine, theirs in zip(existing, given):
+                with atomic_open(mine, "wb") as f, open(theirs, "rb") as src:
+                    shutil.copyfileobj(src, f)
+        return Tokenizer.load(out_dir, joint=joint)
+    if have:
+        wanted = {
+            "model_type": options.get("model_type", "bpe"),
+            "vocab_size": options.get("vocab_size", 8000),
+            "character_coverage": options.get("character_coverage", 1.0),
+            "max_sentences": options.get("max_sentences", 2_000_000),
+        }
+        for path in existing:
+            diffs = _differences(path, wanted)
+            if diffs:
+                raise UserError(
+                    f"{path} already exists and was trained with {'; '.join(diffs)}: remove it "
+                    "(or use a new --out directory) to train a new one, or set data.spm_model to "
+                    "reuse a SentencePiece model on purpose"
+                )
+        return Tokenizer.load(out_dir, joint=joint)
+    return train_tokenizer(src_file, tgt_file, out_dir, **options)
 
 
 def _encode(sp: spm.SentencePieceProcessor, texts: list[str] | str, out_type: type) -> list:

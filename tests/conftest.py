@@ -1,4 +1,9 @@
-"""Shared fixtures: the Multi30K offline mirror."""
+"""Shared fixtures: the offline corpus mirrors.
+
+``SEQ2SEQ_MIRROR`` may be a mirror *root* (one folder per source: ``multi30k/``, ``wit3/``, as
+in ``../shared/data``, which CI uses) or, in the older one-corpus form, the Multi30K mirror
+itself. Without it, ``../shared/data`` beside the checkout is used when present.
+"""
 
 from __future__ import annotations
 
@@ -10,23 +15,54 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _mirror_path() -> Path | None:
-    candidates = []
+def _candidates() -> list[Path]:
+    paths = []
     if os.environ.get("SEQ2SEQ_MIRROR"):
-        candidates.append(Path(os.environ["SEQ2SEQ_MIRROR"]))
-    candidates.append(REPO.parent / "shared" / "data" / "multi30k")
-    for path in candidates:
-        if (path / "data" / "task1").is_dir():
+        paths.append(Path(os.environ["SEQ2SEQ_MIRROR"]))
+    paths.append(REPO.parent / "shared" / "data")
+    return paths
+
+
+def _source_folder(name: str, marker: str) -> Path | None:
+    """``ROOT/name`` of the first candidate root that has it, or a candidate that is it."""
+    for path in _candidates():
+        for folder in (path / name, path):
+            if (folder / marker).exists():
+                return folder.resolve()
+    return None
+
+
+def _mirror_root() -> Path | None:
+    for path in _candidates():
+        if (path / "multi30k" / "data" / "task1").is_dir():
             return path.resolve()
     return None
 
 
 @pytest.fixture(scope="session")
 def mirror() -> Path:
-    """The Multi30K mirror ($SEQ2SEQ_MIRROR, else ../shared/data/multi30k); skips without one."""
-    path = _mirror_path()
+    """The Multi30K mirror (ROOT/multi30k, or $SEQ2SEQ_MIRROR itself); skips without one."""
+    path = _source_folder("multi30k", "data/task1")
     if path is None:
         pytest.skip("Multi30K mirror not found (set SEQ2SEQ_MIRROR)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def mirror_root() -> Path:
+    """A mirror root holding multi30k/ (and wit3/), e.g. ../shared/data; skips without one."""
+    path = _mirror_root()
+    if path is None:
+        pytest.skip("no mirror root with a multi30k/ folder (set SEQ2SEQ_MIRROR=ROOT)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def wit3_mirror() -> Path:
+    """The WIT3 IWSLT17 test archives (ROOT/wit3); skips without them."""
+    path = _source_folder("wit3", "2017-01-ted-test/texts/de/en/de-en.tgz")
+    if path is None:
+        pytest.skip("WIT3 mirror not found (ROOT/wit3 under SEQ2SEQ_MIRROR or ../shared/data)")
     return path
 
 

@@ -140,7 +140,14 @@ def test_store_ids_equal_direct_encoding(tmp_path, tok):
     assert store.tgt_lens.tolist() == [len(x) for x in want_tgt]
     header = store.header
     assert header["src_dtype"] == "uint16" and header["key"]["fingerprint"] == tok.fingerprint()
-    assert header["stats"] == {"lines": 500, "empty": 1, "too_long": 0, "bad_ratio": 0}
+    assert header["stats"] == {
+        "lines": 500,
+        "empty": 1,
+        "duplicate": 0,
+        "wrong_language": 0,
+        "too_long": 0,
+        "bad_ratio": 0,
+    }
     assert log == [
         "test: kept 499 of 500 sentence pairs (dropped 1 empty, 0 too long, 0 with a bad length ratio)"
     ]
@@ -176,7 +183,14 @@ def test_long_pairs_are_dropped_from_training_data_only(tmp_path, tok):
         log=log.append,
     )
     assert train.lines.tolist() == [0, 3]
-    assert train.header["stats"] == {"lines": 5, "empty": 0, "too_long": 2, "bad_ratio": 1}
+    assert train.header["stats"] == {
+        "lines": 5,
+        "empty": 0,
+        "duplicate": 0,
+        "wrong_language": 0,
+        "too_long": 2,
+        "bad_ratio": 1,
+    }
     assert test.lines.tolist() == [0, 1, 2, 3, 4]
     assert test.header["stats"]["too_long"] == test.header["stats"]["bad_ratio"] == 0
     assert (

@@ -331,6 +331,74 @@ def test_reorder_selects_every_cached_tensor() -> None:
     assert state.src_pad.size(0) == 3 and state.self_kv[0][0].size(0) == 3
 
 
+def _concat_step(model, prefix, state):
+    """decode_step as it was before the preallocated cache: the cache is concatenated."""
+    hidden, kv, _ = model.decoder(
+        prefix[:, state.position :],
+        state.cross_kv,
+        state.src_pad,
+        cache=state.self_kv,
+        offset=state.position,
+        memory_rows=state.memory_rows,
+    )
+    log_probs = model.project(hidden[:, -1]).float().log_softmax(dim=-1)
+    return log_probs, dataclasses.replace(state, self_kv=kv, position=prefix.size(1))
+
+
+@pytest.mark.parametrize("kind", ["causal", "block"])
+@pytest.mark.parametrize("recycle", [False, True])
+def test_preallocated_cache_equals_concatenation_bit_for_bit(kind: str, recycle: bool) -> None:
+    """Through beam-style reorders, dropped rows and growth past the first capacity (16)."""
+    model = make_model(dtype=torch.float32, max_positions=64, **MASKS[kind])
+    src = padded_src([6, 3, 5], seed=31)
+    tgt = tgt_prefix(6, 24, seed=32)
+    index = {3: [0, 0, 1, 2, 2, 1], 10: [5, 4, 3, 2, 1, 0], 14: [0, 2, 3, 5], 20: [3, 3, 1]}
+    with torch.no_grad():
+        state = model.start_state(src).reorder(torch.tensor([0, 0, 1, 1, 2, 2]))
+        ref = state
+        rows = torch.arange(6)
+        for t in range(1, 25):
+            lp, state = model.decode_step(tgt[rows, :t], state)
+            lp_ref, ref = _concat_step(model, tgt[rows, :t], ref)
+            assert torch.equal(lp, lp_ref), t
+            assert state.kv_cache is not None and state.kv_cache.holds(state.self_kv)
+            for (k, v), (k_ref, v_ref) in zip(state.self_kv, ref.self_kv):
+                assert torch.equal(k, k_ref) and torch.equal(v, v_ref)
+            if t in index:
+                i = torch.tensor(index[t])
+                state, ref, rows = state.reorder(i, recycle=recycle), ref.reorder(i), rows[i]
+        assert state.kv_cache.capacity >= 24
+
+
+def test_stepping_a_state_twice_copies_instead_of_overwriting() -> None:
+    """States are values: a second step from the same state (the cache's frontier has moved)
+    copies the cache, and the first step's result is unchanged."""
+    model = make_model(dtype=torch.float32)
+    src = padded_src([5, 4], seed=33)
+    a, b = tgt_prefix(2, 4, seed=34), tgt_prefix(2, 4, seed=35)
+    with torch.no_grad():
+        state = model.start_state(src)
+        for t in range(1, 3):
+            _, state = model.decode_step(a[:, :t], state)
+        lp_a, st_a = model.decode_step(a[:, :3], state)
+        kv_a = [(k.clone(), v.clone()) for k, v in st_a.self_kv]
+        lp_b, st_b = model.decode_step(b[:, :3], state)  # another token at position 2
+        assert st_b.kv_cache is not st_a.kv_cache
+        for (k, v), (k0, v0) in zip(st_a.self_kv, kv_a):  # untouched by the second step
+            assert torch.equal(k, k0) and torch.equal(v, v0)
+        lp_a2, _ = model.decode_step(a[:, :4], st_a)
+        fresh = model.start_state(src)
+        for t in range(1, 5):
+            lp_f, fresh = model.decode_step(a[:, :t], fresh)
+        assert torch.equal(lp_a2, lp_f)
+        # a replaced self_kv (not the cache's views) is copied in, not ignored
+        swapped = dataclasses.replace(st_a, self_kv=st_b.self_kv)
+        lp_s, _ = model.decode_step(torch.cat([b[:, :3], a[:, 3:4]], 1), swapped)
+        lp_ref, _ = model.decode_step(torch.cat([b[:, :3], a[:, 3:4]], 1), st_b)
+        assert torch.equal(lp_s, lp_ref)
+        assert not torch.equal(lp_a, lp_b)
+
+
 @pytest.mark.parametrize("kind", list(MASKS))
 def test_beams_share_the_memory_and_match_per_row_memory(kind: str) -> None:
     """Beam-style states (K rows per sentence, memory kept once) give the same log-probs and

@@ -107,6 +107,8 @@ def run_script(script: str, *args: str, mirror: Path | None = None):
         ("multi30k.py", "configs/multi30k_quick.yaml"),
         ("iwslt14.py", "configs/iwslt14_de_en.yaml"),
         ("wmt14.py", "configs/wmt14_en_de_base.yaml"),
+        ("wmt16.py", "configs/wmt16_en_ro.yaml"),
+        ("own_files.py", "configs/own_files.yaml"),
     ],
 )
 def test_every_recipe_has_help_and_its_default_config(script: str, config: str) -> None:

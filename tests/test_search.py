@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 
+from seq2seq import search as search_module
 from seq2seq.errors import UserError
 from seq2seq.search import Hypothesis, beam_search, greedy_search, sample
 
@@ -367,7 +368,15 @@ def reference_beam(
 
 @pytest.mark.parametrize(
     ("vocab", "K", "min_len", "lp_pow"),
-    [(8, 2, 1, 1.0), (8, 5, 2, 0.6), (20, 4, 1, 1.0), (5, 5, 1, 1.0), (5, 3, 2, 0.0)],
+    [
+        (8, 2, 1, 1.0),
+        (8, 5, 2, 0.6),
+        (20, 4, 1, 1.0),
+        (5, 5, 1, 1.0),
+        (5, 3, 2, 0.0),
+        (64, 4, 2, 1.0),  # large enough for the fused candidate path
+        (120, 5, 1, 0.6),
+    ],
 )
 def test_beam_equals_the_plain_reference(vocab, K, min_len, lp_pow):
     # vocab 5 leaves three producible tokens (EOS, UNK, A) for up to 5 beams: fewer than 2K
@@ -679,3 +688,108 @@ def test_half_precision_log_probs_are_promoted():
     for r, h in zip(ref, half):
         assert [x.tokens for x in r] == [x.tokens for x in h]
         assert [x.score for x in r] == pytest.approx([x.score for x in h], abs=1e-3)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fused candidate selection (one top-k over the step's log-probs) against the exact one
+
+
+def _candidates(lp, prefix, max_lens, scores, *, fused, monkeypatch, **kw):
+    monkeypatch.setattr(search_module, "_FUSED_MIN_VOCAB", 0 if fused else 10**9)
+    return search_module._beam_candidates(lp, prefix, max_lens, scores, **SPECIAL, **kw)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
+@pytest.mark.parametrize(
+    "rules",
+    [
+        {},
+        {"unk_id": UNK, "unk_penalty": 0.7},
+        {"unk_id": UNK, "unk_penalty": -3.0},  # unk promoted into the top from far below
+        {"min_len": 5},
+    ],
+)
+def test_fused_candidates_equal_the_exact_ones(dtype, rules, monkeypatch):
+    K, Ba, V = 4, 6, 300
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(Ba * K, V, generator=gen, dtype=torch.float64) * 3
+    logits[:, PAD] += 8  # specials that the rules move rank high in the raw log-probs
+    logits[:, BOS] += 8
+    logits[0:3, EOS] += 9
+    logits[3:6, UNK] -= 20
+    logits[6, 10:] = -math.inf  # a row with few finite tokens
+    lp = logits.log_softmax(-1).to(dtype)
+    scores = torch.randn(Ba * K, generator=gen, dtype=torch.float64).to(torch.float32)
+    scores[1::K] = -math.inf  # dead beams
+    prefix = torch.full((Ba * K, 4), A)
+    prefix[:, 0] = BOS
+    max_lens = torch.tensor([4, 9, 9, 5, 9, 4]).repeat_interleave(K)  # rows at 4: only EOS
+    kw = dict(beam_size=K, min_len=rules.get("min_len", 1), no_repeat_ngram=0)
+    kw.update(unk_id=rules.get("unk_id"), unk_penalty=rules.get("unk_penalty", 0.0))
+    exact = _candidates(lp, prefix, max_lens, scores, fused=False, monkeypatch=monkeypatch, **kw)
+    fused = _candidates(lp, prefix, max_lens, scores, fused=True, monkeypatch=monkeypatch, **kw)
+    for e, f in zip(exact, fused):
+        assert e.dtype == f.dtype and e.shape == f.shape == (Ba, 2 * K)
+    assert torch.equal(exact[0], fused[0])  # the same scores, in the same order
+    finite = exact[0].isfinite()
+    for e, f in zip(exact[1:], fused[1:]):  # and the same (beam, token, log-prob) for each
+        assert torch.equal(e[finite], f[finite])
+    # forced sentences (0, 5): EOS only, from each of the 3 live beams; the others: 2K
+    assert finite.sum(-1).tolist() == [3, 8, 8, 8, 8, 3]
+
+
+def test_fused_candidates_fall_back_on_nan_and_ngrams(monkeypatch):
+    K, V = 2, 200
+    lp = torch.randn(2 * K, V, generator=torch.Generator().manual_seed(1)).log_softmax(-1)
+    lp[1, 7] = math.nan  # NaN -> -inf, as on the exact path
+    prefix = torch.full((2 * K, 3), A)
+    prefix[:, 0] = BOS
+    scores = torch.zeros(2 * K)
+    max_lens = torch.full((2 * K,), 9)
+    kw = dict(beam_size=K, min_len=1, unk_id=None, unk_penalty=0.0)
+    for ngram in (0, 2):
+        exact = _candidates(
+            lp, prefix, max_lens, scores, fused=False, monkeypatch=monkeypatch,
+            no_repeat_ngram=ngram, **kw,
+        )  # fmt: skip
+        fused = _candidates(
+            lp, prefix, max_lens, scores, fused=True, monkeypatch=monkeypatch,
+            no_repeat_ngram=ngram, **kw,
+        )  # fmt: skip
+        for e, f in zip(exact, fused):
+            assert torch.equal(e, f)
+        assert not ((fused[1] == 1) & (fused[2] == 7) & fused[0].isfinite()).any()
+    assert not lp.isfinite().all()  # the input was not modified
+
+
+@pytest.mark.parametrize(
+    "rules",
+    [
+        {},
+        {"unk_id": UNK, "unk_penalty": -30.0},
+        {"unk_id": UNK, "unk_penalty": 2.0},
+        {"min_len": 9},
+    ],
+)
+def test_greedy_pick_is_the_argmax_of_the_constrained_row(rules):
+    V = 300
+    gen = torch.Generator().manual_seed(9)
+    lp = (torch.randn(8, V, generator=gen) * 3).log_softmax(-1)
+    lp[0, PAD] = lp[1, BOS] = 0.0  # banned tokens on top of the raw ranking
+    lp[2, 40] = lp[2, 17] = lp[2].max() + 1  # a tie: the lower id wins, as with argmax
+    lp[3, UNK] = lp[3].max()
+    lp[4, EOS] = lp[4].max() + 0.5
+    prefix = torch.full((8, 4), A)
+    prefix[:, 0] = BOS
+    max_lens = torch.tensor([9, 9, 9, 9, 9, 9, 4, 9])  # row 6: forced EOS
+    kw = dict(min_len=rules.get("min_len", 1), no_repeat_ngram=0)
+    kw.update(unk_id=rules.get("unk_id"), unk_penalty=rules.get("unk_penalty", 0.0))
+    tok, tok_lp = search_module._greedy_pick(lp, prefix, max_lens, **SPECIAL, **kw)
+    exact = search_module._constrain(lp, prefix, max_lens, **SPECIAL, **kw)
+    assert torch.equal(tok, exact.argmax(-1))
+    assert torch.equal(tok_lp, exact.gather(1, tok[:, None]).squeeze(1))
+    assert tok[6] == EOS and (tok[2] == 17 or rules.get("unk_penalty", 0) < 0)
+    # a row whose maximum ties beyond the columns looked at: the exact path decides
+    flat = torch.full((2, V), -math.log(V))
+    plain = dict(min_len=1, no_repeat_ngram=0, unk_id=None, unk_penalty=0.0)
+    assert search_module._greedy_pick(flat, prefix[:2], max_lens[:2], **SPECIAL, **plain) is None

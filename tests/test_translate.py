@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import select
@@ -11,10 +12,13 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from factories import make_model_dir, synthetic_pairs
 
+from seq2seq import engines
+from seq2seq import search as search_module
 from seq2seq.config import DecodingConfig
-from seq2seq.decoding import SearchOptions, max_target_lens
+from seq2seq.decoding import SearchOptions, max_target_lens, reorder_state
 from seq2seq.engines import ENGINES
 from seq2seq.errors import UserError
 from seq2seq.tokenizer import EOS_ID
@@ -192,6 +196,66 @@ def test_kv_cache_gives_the_same_hypotheses_as_recomputing(tmp_path: Path, mask:
         assert [h.text for h in hyps_a] == [h.text for h in hyps_b]
         assert [h.score for h in hyps_a] == pytest.approx([h.score for h in hyps_b], abs=1e-4)
         assert len(hyps_a) == 4
+
+
+@pytest.mark.parametrize("method", ["beam", "greedy"])
+def test_fast_paths_give_the_exact_paths_output_bit_for_bit(
+    trained_dir: Path, random_dir: Path, method: str, monkeypatch
+) -> None:
+    """The preallocated KV cache, recycled reorders and the fused candidate selection change
+    no token and no score against the plain path (concatenated cache, copying reorders, top-k
+    over every (beam, token) continuation): the decoding before they were added."""
+    for model_dir in (trained_dir, random_dir):
+        translator = Translator.load(model_dir, method=method, beam_size=4, nbest=1)
+        fast = translator.translate_nbest(SENTENCES)
+        fast4 = translator.translate_nbest(SENTENCES, nbest=4) if method == "beam" else None
+        model = translator.engine.model
+
+        def concat_step(prefix, state, model=model):
+            hidden, kv, _ = model.decoder(
+                prefix[:, state.position :],
+                state.cross_kv,
+                state.src_pad,
+                cache=state.self_kv,
+                offset=state.position,
+                memory_rows=state.memory_rows,
+            )
+            log_probs = model.project(hidden[:, -1]).float().log_softmax(dim=-1)
+            return log_probs, dataclasses.replace(state, self_kv=kv, position=prefix.size(1))
+
+        with monkeypatch.context() as m:
+            m.setattr(search_module, "_FUSED_MIN_VOCAB", 10**9)
+            m.setattr(model, "decode_step", concat_step)
+            m.setattr(engines, "_recycling_reorder", reorder_state)
+            assert translator.translate_nbest(SENTENCES) == fast
+            if fast4 is not None:
+                assert translator.translate_nbest(SENTENCES, nbest=4) == fast4
+        if model_dir == trained_dir:
+            assert len({t[0].text for t in fast}) == len(SENTENCES)  # not a vacuous comparison
+
+
+def test_bf16_and_int8_engines_translate_close_to_float32(trained_dir: Path) -> None:
+    import sacrebleu
+
+    ref = Translator.load(trained_dir).translate_nbest(SENTENCES)
+    for engine in ("torch-bf16", "torch-int8"):
+        translator = Translator.load(trained_dir, engine=engine)
+        assert translator.engine.precision == engine.split("-")[1].replace("bf16", "bfloat16")
+        out = translator.translate_nbest(SENTENCES)
+        assert all(h[0].score < 0 and len(h[0].token_scores) > 0 for h in out)
+        # the copy task survives the rounding (a 32-wide model: coarse for int8)
+        chrf = sacrebleu.corpus_chrf([h[0].text for h in out], [[h[0].text for h in ref]])
+        assert chrf.score > 50, engine
+    assert Translator.load(trained_dir).engine.model.output_proj.weight.dtype == torch.float32
+    with pytest.raises(UserError, match="precision"):
+        engines.TorchEngine(
+            Translator.load(trained_dir).engine.model,
+            precision="fp8",
+            pad_id=0,
+            bos_id=2,
+            eos_id=3,
+            unk_id=1,
+        )
 
 
 def test_sampling_is_seeded_and_nbest_sorted(random_dir: Path) -> None:
