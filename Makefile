@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev,export,langid]'
+	$(PIP) install --quiet -e '.[dev,export,langid,serve]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,526 @@
+"""seq2seq.serve: the HTTP API (LibreTranslate-compatible and native) on a tiny real model.
+
+Requests go through httpx to the ASGI app (inside its lifespan, so the real batcher and its
+worker thread run); every translation is checked against the same model translating the same
+sentences offline. tests/test_serve_process.py runs the server as a process (SIGTERM, the
+browser).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from factories import make_model_dir
+
+from seq2seq.paragraphs import split_text
+from seq2seq.serve import ServeConfig, create_app, model_info
+from seq2seq.translate import Translator
+
+SENTENCES = [
+    "A man runs in the park.",
+    "Two dogs play with a red ball.",
+    "A young woman sits on a bench near the water.",
+    "The old car is black.",
+    "Three children walk under the big tree.",
+    "A small cat jumps on the house.",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return make_model_dir(tmp_path_factory.mktemp("serve") / "model", train_steps=150)
+
+
+@pytest.fixture(scope="module")
+def reference(model_dir) -> Translator:
+    """The same model, translating offline: what every served result must equal."""
+    return Translator.load(model_dir)
+
+
+_LOADED: dict[Path, Translator] = {}
+
+
+def serve_and(model_dir, body, *, config: ServeConfig | None = None, translator=None):
+    """Run ``await body(client, translator)`` against a fresh app (lifespan included).
+
+    Without ``translator``, the apps share one loaded Translator per model (loading is the
+    slow part; each app still has its own batcher and worker thread).
+    """
+    if translator is None:
+        translator = _LOADED.setdefault(model_dir, Translator.load(model_dir))
+    app = create_app(translator, info=model_info(translator, model_dir, "torch"), config=config)
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+                return await body(client, translator)
+
+    return asyncio.run(main())
+
+
+def libre(client, q, **fields):
+    return client.post("/translate", json={"q": q, "source": "en", "target": "de", **fields})
+
+
+# ---- LibreTranslate API ---------------------------------------------------------------------
+
+
+def test_libretranslate_string_and_list(model_dir, reference):
+    async def body(client, _):
+        one = await libre(client, SENTENCES[0])
+        many = await libre(client, SENTENCES)
+        return one, many
+
+    one, many = serve_and(model_dir, body)
+    assert one.status_code == 200 and many.status_code == 200
+    assert one.headers["content-type"] == "application/json"
+    assert one.json() == {"translatedText": reference.translate(SENTENCES[:1])[0]}
+    assert many.json() == {"translatedText": reference.translate(SENTENCES)}
+
+
+def test_libretranslate_alternatives(model_dir, reference):
+    async def body(client, _):
+        return (await libre(client, SENTENCES[1], alternatives=3)).json(), (
+            await libre(client, SENTENCES[:2], alternatives=2)
+        ).json()
+
+    one, many = serve_and(model_dir, body)
+    nbest = reference.translate_nbest(SENTENCES[1:2], nbest=4, beam_size=5)[0]
+    assert one["translatedText"] == nbest[0].text
+    want = []
+    for t in nbest[1:]:
+        if t.text not in want and t.text != nbest[0].text:
+            want.append(t.text)
+    assert one["alternatives"] == want[:3]
+    assert isinstance(many["translatedText"], list) and len(many["alternatives"]) == 2
+    for best, alts in zip(many["translatedText"], many["alternatives"]):
+        assert best not in alts and len(alts) <= 2 and len(set(alts)) == len(alts)
+
+
+def test_libretranslate_form_bodies_and_auto_source(model_dir, reference):
+    text = SENTENCES[2]
+    multipart = (
+        b'--XyZ\r\nContent-Disposition: form-data; name="q"\r\n\r\n'
+        + text.encode()
+        + b'\r\n--XyZ\r\nContent-Disposition: form-data; name="source"\r\n\r\nen\r\n'
+        b'--XyZ\r\nContent-Disposition: form-data; name="target"\r\n\r\nde\r\n--XyZ--\r\n'
+    )
+
+    async def body(client, _):
+        form = await client.post("/translate", data={"q": text, "source": "en", "target": "de"})
+        mp = await client.post(
+            "/translate",
+            content=multipart,
+            headers={"content-type": "multipart/form-data; boundary=XyZ"},
+        )
+        auto = await client.post(
+            "/translate", data={"q": text, "source": "auto", "target": "de", "api_key": "k"}
+        )
+        return form, mp, auto
+
+    form, mp, auto = serve_and(model_dir, body)
+    want = reference.translate([text])[0]
+    assert form.json() == {"translatedText": want}
+    assert mp.json() == {"translatedText": want}
+    assert auto.json() == {
+        "translatedText": want,
+        "detectedLanguage": {"confidence": 100.0, "language": "en"},
+    }
+
+
+def test_languages_in_libretranslates_shape(model_dir):
+    async def body(client, _):
+        return (await client.get("/languages")).json()
+
+    langs = serve_and(model_dir, body)
+    assert langs == [
+        {"code": "en", "name": "English", "targets": ["de"]},
+        {"code": "de", "name": "German", "targets": []},
+    ]
+    # What LibreTranslate's JavaScript client checks before it translates: both codes listed.
+    codes = {lang["code"] for lang in langs}
+    assert {"en", "de"} <= codes
+
+
+# ---- native API -----------------------------------------------------------------------------
+
+
+def test_native_translate_with_options_nbest_and_scores(model_dir, reference):
+    async def body(client, _):
+        plain = await client.post("/v1/translate", json={"text": SENTENCES[:3]})
+        greedy = await client.post("/v1/translate", json={"text": SENTENCES[3], "method": "greedy"})
+        nbest = await client.post(
+            "/v1/translate",
+            json={"text": [SENTENCES[4]], "beam_size": 4, "nbest": 3, "scores": True},
+        )
+        return plain.json(), greedy.json(), nbest.json()
+
+    plain, greedy, nbest = serve_and(model_dir, body)
+    assert [t["text"] for t in plain["translations"]] == reference.translate(SENTENCES[:3])
+    assert "sentences" not in plain["translations"][0]
+    assert (
+        greedy["translations"][0]["text"] == reference.translate(SENTENCES[3:4], method="greedy")[0]
+    )
+    assert greedy["options"]["method"] == "greedy"
+    want = reference.translate_nbest(SENTENCES[4:5], beam_size=4, nbest=3)[0]
+    entry = nbest["translations"][0]
+    assert entry["nbest"] == [t.text for t in want]
+    (sentence,) = entry["sentences"]
+    assert sentence["source"] == SENTENCES[4]
+    for hyp, t in zip(sentence["hypotheses"], want, strict=True):
+        assert hyp["text"] == t.text
+        assert hyp["score"] == pytest.approx(t.score, abs=1e-5)
+        assert hyp["token_scores"] == pytest.approx(t.token_scores, abs=1e-5)
+
+
+def test_paragraphs_are_split_translated_and_rejoined(model_dir, reference):
+    text = f"{SENTENCES[0]} {SENTENCES[1]}\n\n{SENTENCES[2]}\n  {SENTENCES[3]} {SENTENCES[4]}"
+
+    async def body(client, _):
+        a = await libre(client, text)
+        b = await client.post("/v1/translate", json={"text": text, "scores": True})
+        c = await client.post("/v1/translate", json={"text": text, "split_sentences": False})
+        return a.json(), b.json(), c.json()
+
+    lt, native, whole = serve_and(model_dir, body)
+    t = reference.translate(SENTENCES[:5])
+    want = f"{t[0]} {t[1]}\n\n{t[2]}\n  {t[3]} {t[4]}"
+    assert lt["translatedText"] == want
+    assert native["translations"][0]["text"] == want
+    assert [s["source"] for s in native["translations"][0]["sentences"]] == SENTENCES[:5]
+    lines = reference.translate([f"{SENTENCES[0]} {SENTENCES[1]}", SENTENCES[2]])
+    assert whole["translations"][0]["text"].split("\n")[:3] == [lines[0], "", lines[1]]
+
+
+def test_concurrent_requests_are_batched_and_never_mixed_up(model_dir, reference):
+    requests = [SENTENCES[i % 6 : i % 6 + 1 + i % 3] for i in range(40)]
+    config = ServeConfig(max_wait_ms=50)
+
+    async def body(client, _):
+        responses = await asyncio.gather(*(libre(client, r) for r in requests))
+        health = (await client.get("/health")).json()
+        return [r.json() for r in responses], health
+
+    answers, health = serve_and(model_dir, body, config=config)
+    want = dict(zip(SENTENCES, reference.translate(SENTENCES)))
+    for req, answer in zip(requests, answers):
+        assert answer["translatedText"] == [want[s] for s in req]
+    assert health["requests"] == 40
+    assert health["batches"] < 20 and health["largest_batch"] > 5  # shared batches
+    assert health["queued_sentences"] == 0 and health["in_flight_requests"] == 0
+
+
+def test_health_and_models(model_dir):
+    async def body(client, translator):
+        return (await client.get("/health")).json(), (await client.get("/v1/models")).json()
+
+    health, models = serve_and(model_dir, body)
+    assert health["status"] == "ok" and health["engine"] == "torch"
+    (m,) = models["models"]
+    manifest = json.loads((model_dir / "manifest.json").read_text())
+    assert m["manifest_sha256"] == manifest["sha256"]
+    assert (m["source"], m["target"], m["engine"], m["attention"]) == ("en", "de", "torch", True)
+    assert m["size_bytes"] == (model_dir / "model.safetensors").stat().st_size
+    translator = Translator.load(model_dir)
+    model = translator.engine.model
+    assert m["parameters"] == sum(
+        p.numel() for p in {id(p): p for p in model.parameters()}.values()
+    )
+    assert m["decoding"]["beam_size"] == translator.opts.beam_size
+    assert m["limits"]["max_chars"] == ServeConfig().max_chars
+
+
+def test_attention_matches_the_plot_command(model_dir, reference):
+    from seq2seq.modeldir import load_model_dir
+    from seq2seq.plots import attention_maps
+
+    text = f"{SENTENCES[0]} {SENTENCES[1]}"
+
+    async def body(client, _):
+        return (await client.post("/v1/attention", json={"text": text})).json()
+
+    out = serve_and(model_dir, body)
+    translations = reference.translate(SENTENCES[:2])
+    assert out["translation"] == " ".join(translations)
+    loaded = load_model_dir(model_dir)
+    for got, sentence, target in zip(out["sentences"], SENTENCES[:2], translations, strict=True):
+        maps = attention_maps(loaded, sentence, target=target)
+        assert got["translation"] == target
+        assert got["source_tokens"] == maps.src_labels
+        assert got["target_tokens"] == maps.tgt_out_labels
+        assert len(got["cross"]) == len(maps.tgt_out_labels)
+        for row, want in zip(got["cross"], maps.cross.tolist(), strict=True):
+            assert row == pytest.approx(want, abs=1e-3)
+            assert sum(row) == pytest.approx(1.0, abs=1e-2)
+
+
+def test_page_and_openapi(model_dir):
+    async def body(client, _):
+        return await client.get("/"), (await client.get("/openapi.json")).json()
+
+    page, spec = serve_and(model_dir, body)
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert '<textarea id="source"' in page.text and "v1/attention" in page.text
+    for path in ("/translate", "/languages", "/v1/translate", "/v1/attention", "/health"):
+        assert path in spec["paths"]
+    libre_body = spec["paths"]["/translate"]["post"]["requestBody"]["content"]
+    assert {"application/json", "application/x-www-form-urlencoded"} <= set(libre_body)
+    native = spec["paths"]["/v1/translate"]["post"]["requestBody"]["content"]
+    assert "beam_size" in native["application/json"]["schema"]["properties"]
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+JSON = {"content-type": "application/json"}
+GOOD = {"source": "en", "target": "de"}
+
+
+def _post(path, content, headers=JSON):
+    return ("POST", path, content, headers)
+
+
+BAD_REQUESTS = {
+    "malformed JSON": (_post("/translate", b'{"q": "a man", '), 400, "malformed JSON"),
+    "JSON that is not an object": (_post("/translate", b'["a man"]'), 400, "must be an object"),
+    "q of the wrong type": (
+        _post("/translate", json.dumps({"q": 5, **GOOD}).encode()),
+        400,
+        "'q': must be a string or a list of strings",
+    ),
+    "q list with a number": (
+        _post("/translate", json.dumps({"q": ["a", 1], **GOOD}).encode()),
+        400,
+        "'q': must be a string or a list of strings",
+    ),
+    "missing q": (_post("/translate", json.dumps(GOOD).encode()), 400, "missing field 'q'"),
+    "alternatives not a number": (
+        _post("/translate", json.dumps({"q": "a", "alternatives": "x", **GOOD}).encode()),
+        400,
+        "'alternatives'",
+    ),
+    "unsupported pair": (
+        _post("/translate", json.dumps({"q": "a man", "source": "en", "target": "fr"}).encode()),
+        400,
+        "en->fr is not supported; this server translates en->de (supported pairs: en->de)",
+    ),
+    "empty text": (
+        _post("/translate", json.dumps({"q": "  \n ", **GOOD}).encode()),
+        400,
+        "empty text",
+    ),
+    "empty list": (_post("/translate", json.dumps({"q": [], **GOOD}).encode()), 400, "empty"),
+    "invalid UTF-8 in JSON": (
+        _post("/translate", b'{"q": "caf\xe9", "source": "en", "target": "de"}'),
+        400,
+        "not valid UTF-8 (byte 11: 0xe9)",
+    ),
+    "invalid UTF-8 in a form": (
+        _post(
+            "/translate",
+            b"q=caf%E9&source=en&target=de",
+            {"content-type": "application/x-www-form-urlencoded"},
+        ),
+        400,
+        "not valid UTF-8",
+    ),
+    "unpaired surrogate": (
+        _post("/translate", b'{"q": ["ok", "x\\ud800"], "source": "en", "target": "de"}'),
+        400,
+        "q[1] is not valid Unicode: unpaired surrogate U+D800",
+    ),
+    "html format": (
+        _post("/translate", json.dumps({"q": "a", "format": "html", **GOOD}).encode()),
+        400,
+        "format 'html' is not supported",
+    ),
+    "too many alternatives": (
+        _post("/translate", json.dumps({"q": "a", "alternatives": 9, **GOOD}).encode()),
+        400,
+        "alternatives may be at most 8",
+    ),
+    "too many characters": (
+        _post("/translate", json.dumps({"q": ["a man. " * 30] * 10, **GOOD}).encode()),
+        400,
+        "request has 2,100 characters; the limit is 2,000",
+    ),
+    "a body far over the limit": (
+        _post("/translate", b'{"q": "' + b"a" * 200_000 + b'"}'),
+        413,
+        "the limit is",
+    ),
+    "a sentence too long": (
+        _post("/translate", json.dumps({"q": "word " * 60, **GOOD}).encode()),
+        400,
+        "a sentence has 299 characters; the limit is 200",
+    ),
+    "too many sentences": (
+        _post("/translate", json.dumps({"q": ["One. Two. Three."] * 5, **GOOD}).encode()),
+        400,
+        "more than 12 sentences",
+    ),
+    "native: unknown field": (
+        _post("/v1/translate", json.dumps({"text": "a", "beem_size": 4}).encode()),
+        400,
+        "unknown field 'beem_size'",
+    ),
+    "native: wrong type": (
+        _post("/v1/translate", json.dumps({"text": "a", "beam_size": "4"}).encode()),
+        400,
+        "'beam_size': Input should be a valid integer",
+    ),
+    "native: impossible options": (
+        _post("/v1/translate", json.dumps({"text": "a", "beam_size": 2, "nbest": 3}).encode()),
+        400,
+        "nbest (3) must be between 1 and the beam size (2)",
+    ),
+    "native: beam over the server's limit": (
+        _post("/v1/translate", json.dumps({"text": "a", "beam_size": 17}).encode()),
+        400,
+        "at most 16",
+    ),
+    "native: wrong pair": (
+        _post("/v1/translate", json.dumps({"text": "a", "target": "cs"}).encode()),
+        400,
+        "en->cs is not supported",
+    ),
+    "native: empty body": (_post("/v1/translate", b""), 400, "empty request body"),
+    "unknown path": (("GET", "/v2/nothing", None, {}), 404, "Not Found"),
+    "wrong method": (("GET", "/translate", None, {}), 405, "Method Not Allowed"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_bad_requests_get_a_json_error_saying_what_is_wrong(model_dir, case):
+    (method, path, content, headers), status, message = BAD_REQUESTS[case]
+    config = ServeConfig(max_chars=2000, max_sentence_chars=200, max_sentences=12)
+
+    async def body(client, _):
+        bad = await client.request(method, path, content=content, headers=headers)
+        good = await libre(client, "A man runs.")  # and the server still works
+        return bad, good
+
+    bad, good = serve_and(model_dir, body, config=config)
+    assert bad.status_code == status, bad.text
+    assert bad.headers["content-type"] == "application/json"
+    assert message in bad.json()["error"]
+    assert good.status_code == 200
+
+
+def test_an_engine_exception_is_a_500_for_its_request_only(model_dir, reference):
+    translator = Translator.load(model_dir)
+    poison = translator.encode(["kaboom"])[0]
+    engine = translator.engine
+    real = engine.translate_ids
+
+    def translate_ids(src, opts):
+        if poison in src:
+            raise RuntimeError("the engine broke")
+        return real(src, opts)
+
+    engine.translate_ids = translate_ids
+
+    async def body(client, _):
+        first = await asyncio.gather(
+            libre(client, SENTENCES[0]), libre(client, ["x", "kaboom"]), libre(client, SENTENCES[1])
+        )
+        after = await libre(client, SENTENCES[2])
+        return first, after
+
+    (ok1, bad, ok2), after = serve_and(
+        model_dir, body, config=ServeConfig(max_wait_ms=50), translator=translator
+    )
+    assert bad.status_code == 500
+    assert bad.json() == {"error": "translation failed: RuntimeError: the engine broke"}
+    want = reference.translate(SENTENCES[:3])
+    assert ok1.json()["translatedText"] == want[0]
+    assert ok2.json()["translatedText"] == want[1]
+    assert after.json()["translatedText"] == want[2]
+
+
+def test_unbatched_server_gives_the_same_results(model_dir, reference):
+    requests = [SENTENCES[i % 6 : i % 6 + 2] for i in range(10)]
+
+    async def body(client, _):
+        out = await asyncio.gather(*(libre(client, r) for r in requests))
+        return [r.json()["translatedText"] for r in out], (await client.get("/health")).json()
+
+    out, health = serve_and(model_dir, body, config=ServeConfig(batching=False))
+    want = dict(zip(SENTENCES, reference.translate(SENTENCES)))
+    assert out == [[want[s] for s in r] for r in requests]
+    assert health["batches"] == 10  # one per request
+
+
+def test_split_text_is_what_the_server_translates():
+    # The server translates exactly split_text's sentences (a guard for the paragraph tests).
+    seg = split_text(f"{SENTENCES[0]} {SENTENCES[1]}", language="en")
+    assert seg.sentences == SENTENCES[:2]
+
+
+def test_a_long_request_is_split_across_batches(model_dir, reference):
+    config = ServeConfig(max_batch_tokens=40, max_wait_ms=20)
+    long = SENTENCES * 3  # 18 sentences of ~8-13 tokens: about 4 per batch
+
+    async def body(client, _):
+        out = await asyncio.gather(libre(client, long), libre(client, SENTENCES[0]))
+        return [r.json() for r in out], (await client.get("/health")).json()
+
+    (many, one), health = serve_and(model_dir, body, config=config)
+    assert many["translatedText"] == reference.translate(long)
+    assert one["translatedText"] == reference.translate(SENTENCES[:1])[0]
+    assert health["batches"] >= 5 and health["sentences"] == 19
+
+
+def test_requests_with_different_options_at_once(model_dir, reference):
+    async def body(client, _):
+        return await asyncio.gather(
+            *(
+                client.post("/v1/translate", json={"text": s, "beam_size": 1 + i % 3})
+                for i, s in enumerate(SENTENCES * 2)
+            ),
+            libre(client, SENTENCES),
+        )
+
+    *native, lt = serve_and(model_dir, body, config=ServeConfig(max_wait_ms=30))
+    for i, (s, r) in enumerate(zip(SENTENCES * 2, native)):
+        assert (
+            r.json()["translations"][0]["text"] == reference.translate([s], beam_size=1 + i % 3)[0]
+        )
+    assert lt.json()["translatedText"] == reference.translate(SENTENCES)
+
+
+def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
+    from seq2seq.export import export_model
+
+    folder = export_model(model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
+    translator = Translator.load(folder, engine="ctranslate2", method="greedy")
+    app = create_app(translator, info=model_info(translator, folder, "ctranslate2"))
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+                return (
+                    await libre(client, SENTENCES),
+                    (await client.get("/v1/models")).json(),
+                    await client.post("/v1/attention", json={"text": SENTENCES[0]}),
+                    await client.post("/v1/translate", json={"text": "a", "unk_penalty": 0.5}),
+                )
+
+    lt, models, attention, unsupported = asyncio.run(main())
+    # Greedy CTranslate2 float32 output equals the torch engine's, token for token.
+    assert lt.json()["translatedText"] == reference.translate(SENTENCES, method="greedy")
+    (m,) = models["models"]
+    assert m["engine"] == "ctranslate2" and m["attention"] is False and m["parameters"] is None
+    assert m["manifest_sha256"] == hashlib.sha256((folder / "export.json").read_bytes()).hexdigest()
+    assert m["size_bytes"] == (folder / "model.bin").stat().st_size
+    assert attention.status_code == 501
+    assert "--engine torch" in attention.json()["error"]
+    # An option this engine cannot honour is the client's mistake (400), not a server error.
+    assert unsupported.status_code == 400
+    assert "supports unk_penalty 0 or inf only" in unsupported.json()["error"]

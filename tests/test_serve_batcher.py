@@ -1,0 +1,275 @@
+"""seq2seq.batcher: every result goes back to its own request, in order, whatever the batching.
+
+The batcher is driven here with a scripted translate function (it records each batch and
+returns a transformation of each sentence that names the sentence), so every check is exact
+and fast; tests/test_serve.py runs it under the real app and model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import time
+
+import pytest
+
+from seq2seq.batcher import Batcher, BatcherClosed, EngineFailure
+
+
+class Script:
+    """A fake engine: ``translate(sentences, options)`` -> ``"<options>:<sentence reversed>"``."""
+
+    def __init__(self, *, delay: float = 0.0, poison: str | None = None) -> None:
+        self.batches: list[tuple[list[str], object]] = []
+        self.threads: set[str] = set()
+        self.delay = delay
+        self.poison = poison
+
+    def __call__(self, sentences: list[str], options: object) -> list[str]:
+        self.threads.add(threading.current_thread().name)
+        self.batches.append((list(sentences), options))
+        if self.delay:
+            time.sleep(self.delay)
+        if self.poison is not None and self.poison in sentences:
+            raise RuntimeError(f"poisoned by {self.poison}")
+        return [f"{options}:{s[::-1]}" for s in sentences]
+
+
+def words(sentences: list[str]) -> list[int]:
+    return [len(s.split()) for s in sentences]
+
+
+def expected(sentences: list[str], options: object) -> list[str]:
+    return [f"{options}:{s[::-1]}" for s in sentences]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def make(script: Script, **kwargs) -> Batcher:
+    kwargs.setdefault("max_tokens", 1000)
+    kwargs.setdefault("max_wait", 0.02)
+    return Batcher(script, count_tokens=words, **kwargs)
+
+
+def test_concurrent_requests_get_their_own_results_in_order():
+    script = Script()
+    batcher = make(script, max_wait=0.05)
+    rng = random.Random(0)
+    requests = [
+        [f"r{r} s{i} " + "w " * rng.randint(0, 5) for i in range(rng.randint(1, 6))]
+        for r in range(60)
+    ]
+
+    async def main():
+        await batcher.start()
+        out = await asyncio.gather(*(batcher.translate(req, "beam5") for req in requests))
+        await batcher.close()
+        return out
+
+    results = run(main())
+    for req, got in zip(requests, results):
+        assert got == expected(req, "beam5")
+    # They were translated together: far fewer batches than requests, each sentence once.
+    assert len(script.batches) < len(requests) / 4
+    flat = [s for batch, _ in script.batches for s in batch]
+    assert sorted(flat) == sorted(s for req in requests for s in req)
+    assert batcher.stats.largest_batch > 10
+
+
+def test_token_budget_splits_a_long_request_across_batches():
+    script = Script()
+    batcher = make(script, max_tokens=10)
+    long = [f"s{i} x" for i in range(23)]  # 2 tokens each: 5 per batch
+
+    async def main():
+        await batcher.start()
+        out = await batcher.translate(long, "o")
+        await batcher.close()
+        return out
+
+    assert run(main()) == expected(long, "o")
+    assert [len(b) for b, _ in script.batches] == [5, 5, 5, 5, 3]
+    assert [s for b, _ in script.batches for s in b] == long  # first come, first served
+
+
+def test_a_sentence_over_the_budget_is_a_batch_of_its_own():
+    script = Script()
+    batcher = make(script, max_tokens=3)
+    req = ["a", "b c d e f", "g"]
+
+    async def main():
+        await batcher.start()
+        out = await batcher.translate(req, "o")
+        await batcher.close()
+        return out
+
+    assert run(main()) == expected(req, "o")
+    assert [b for b, _ in script.batches] == [["a"], ["b c d e f"], ["g"]]
+
+
+def test_requests_with_other_options_never_share_a_batch():
+    script = Script()
+    batcher = make(script, max_wait=0.05)
+    requests = [([f"q{i} a", f"q{i} b"], "greedy" if i % 3 else "beam10") for i in range(30)]
+
+    async def main():
+        await batcher.start()
+        out = await asyncio.gather(*(batcher.translate(r, o) for r, o in requests))
+        await batcher.close()
+        return out
+
+    for (req, opts), got in zip(requests, run(main())):
+        assert got == expected(req, opts)
+    for batch, opts in script.batches:
+        owners = {int(s.split()[0][1:]) for s in batch}
+        assert all((i % 3 != 0) == (opts == "greedy") for i in owners)
+
+
+def test_without_batching_each_batch_is_one_request():
+    script = Script()
+    batcher = make(script, batching=False)
+    requests = [[f"r{r} s{i}" for i in range(3)] for r in range(12)]
+
+    async def main():
+        await batcher.start()
+        out = await asyncio.gather(*(batcher.translate(req, "o") for req in requests))
+        await batcher.close()
+        return out
+
+    for req, got in zip(requests, run(main())):
+        assert got == expected(req, "o")
+    assert len(script.batches) == len(requests)
+    for batch, _ in script.batches:
+        assert len({s.split()[0] for s in batch}) == 1
+
+
+def test_an_engine_exception_fails_only_the_request_that_caused_it():
+    script = Script(poison="BOOM")
+    batcher = make(script, max_wait=0.05)
+    good = [[f"g{i}"] for i in range(8)]
+
+    async def main():
+        await batcher.start()
+        tasks = [batcher.translate(g, "o") for g in good[:4]]
+        tasks.append(batcher.translate(["fine", "BOOM", "fine too"], "o"))
+        tasks += [batcher.translate(g, "o") for g in good[4:]]
+        out = await asyncio.gather(*tasks, return_exceptions=True)
+        after = await batcher.translate(["after"], "o")  # the batcher goes on
+        await batcher.close()
+        return out, after
+
+    out, after = run(main())
+    assert isinstance(out[4], EngineFailure)
+    assert "RuntimeError: poisoned by BOOM" in str(out[4])
+    for req, got in zip(good, out[:4] + out[5:]):
+        assert got == expected(req, "o")
+    assert after == expected(["after"], "o")
+    assert batcher.stats.failed_requests == 1
+
+
+def test_the_event_loop_keeps_running_while_the_engine_works():
+    # The engine blocks until the event loop releases it: were the engine on the loop's
+    # thread, nothing could release it (the wait would time out and the test fail).
+    busy, release = threading.Event(), threading.Event()
+    threads = set()
+
+    def translate(sentences, options):
+        threads.add(threading.current_thread().name)
+        busy.set()
+        if not release.wait(timeout=60):
+            raise AssertionError("the event loop never ran while the engine worked")
+        return expected(sentences, options)
+
+    batcher = Batcher(translate, count_tokens=words, max_tokens=100, max_wait=0.0)
+
+    async def main():
+        await batcher.start()
+        first = asyncio.create_task(batcher.translate(["slow one"], "o"))
+        while not busy.is_set():
+            await asyncio.sleep(0.005)
+        # The engine is working: the loop still takes and queues another request.
+        second = asyncio.create_task(batcher.translate(["next one"], "o"))
+        while batcher.stats.queued_sentences < 1:
+            await asyncio.sleep(0.005)
+        assert not first.done()
+        release.set()
+        out = await asyncio.gather(first, second)
+        await batcher.close()
+        return out
+
+    assert run(main()) == [expected(["slow one"], "o"), expected(["next one"], "o")]
+    assert threads and threading.main_thread().name not in threads
+
+
+def test_the_oldest_sentence_waits_for_company_at_most_max_wait():
+    script = Script()
+    batcher = make(script, max_wait=1.0)
+
+    async def main():
+        await batcher.start()
+        first = asyncio.create_task(batcher.translate(["first"], "o"))
+        await asyncio.sleep(0.05)
+        second = asyncio.create_task(batcher.translate(["second"], "o"))
+        start = time.perf_counter()
+        out = await asyncio.gather(first, second)
+        waited = time.perf_counter() - start
+        await batcher.close()
+        return out, waited
+
+    out, waited = run(main())
+    assert out == [expected(["first"], "o"), expected(["second"], "o")]
+    assert [b for b, _ in script.batches] == [["first", "second"]]  # joined within the wait
+    assert waited >= 0.9  # the batch went out at the first one's deadline, not before
+
+
+def test_close_finishes_queued_requests_then_refuses_new_ones():
+    script = Script(delay=0.05)
+    batcher = make(script, max_wait=1.0, max_tokens=4)
+    requests = [[f"r{r} s{i}" for i in range(3)] for r in range(5)]
+
+    async def main():
+        await batcher.start()
+        tasks = [asyncio.create_task(batcher.translate(r, "o")) for r in requests]
+        await asyncio.sleep(0.01)
+        await batcher.close()  # does not wait out max_wait, and drops nothing
+        assert all(t.done() for t in tasks)
+        with pytest.raises(BatcherClosed):
+            await batcher.translate(["late"], "o")
+        return [t.result() for t in tasks]
+
+    for req, got in zip(requests, run(main())):
+        assert got == expected(req, "o")
+
+
+def test_call_runs_on_the_worker_thread_between_batches():
+    script = Script()
+    batcher = make(script)
+
+    async def main():
+        await batcher.start()
+        out = await batcher.translate(["x"], "o")
+        name = await batcher.call(lambda: threading.current_thread().name)
+        with pytest.raises(ZeroDivisionError):
+            await batcher.call(lambda: 1 / 0)
+        again = await batcher.translate(["y"], "o")
+        await batcher.close()
+        return out, name, again
+
+    out, name, again = run(main())
+    assert out == expected(["x"], "o") and again == expected(["y"], "o")
+    assert script.threads == {name}
+
+
+def test_a_wrong_number_of_results_is_an_engine_failure():
+    batcher = Batcher(lambda s, o: s[:-1], count_tokens=words, max_tokens=100, max_wait=0)
+
+    async def main():
+        await batcher.start()
+        with pytest.raises(EngineFailure, match="1 results for 2"):
+            await batcher.translate(["a", "b"], "o")
+        await batcher.close()
+
+    run(main())
