@@ -349,7 +349,9 @@ def _translate(sub) -> None:
         "an interrupted FILE.partial, skipping the input lines it already holds.",
         "echo 'A man rides a bike.' | seq2seq translate runs/multi30k_small\n"
         "seq2seq translate runs/multi30k_small -i test.en -o test.de --beam 5 --max-tokens 8000\n"
-        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4",
+        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4\n"
+        "printf 'A man rides a bike.\\tFahrrad\\n' | seq2seq translate runs/multi30k_small "
+        "--constraints unordered",
     )
     p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
     p.add_argument("-i", "--input", default="-", metavar="FILE", help="input text (- = stdin)")
@@ -364,6 +366,30 @@ def _translate(sub) -> None:
         metavar="N",
         help="at most N already-available lines translated together (default: 1000)",
     )
+    g = p.add_argument_group(
+        "constrained decoding (README: Constrained decoding); fields follow the source on "
+        "each line, tab-separated: [PREFIX] [CONSTRAINT ...] [<empty field> AVOID ...]"
+    )
+    g.add_argument(
+        "--constraints",
+        choices=["ordered", "unordered"],
+        help="each line's fields after the source are phrases the output must hold",
+    )
+    g.add_argument(
+        "--prefix",
+        action="store_true",
+        help="the first field after the source is text the output starts with",
+    )
+    g.add_argument(
+        "--avoid",
+        action="store_true",
+        help="fields (after an empty field, with --constraints) are phrases never to output",
+    )
+    g.add_argument(
+        "--terminology",
+        metavar="FILE",
+        help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET",
+    )
     _add_search_args(p)
     p.set_defaults(run=_run_translate)
 
@@ -371,8 +397,15 @@ def _translate(sub) -> None:
 def _run_translate(args) -> int:
     from pathlib import Path
 
-    from seq2seq.translate import Translator, open_lines, translate_stream
+    from seq2seq.constraints import Terminology
+    from seq2seq.translate import LineConstraints, Translator, open_lines, translate_stream
 
+    line_constraints = LineConstraints(
+        constraints=args.constraints,
+        prefix=args.prefix,
+        avoid=args.avoid,
+        terminology=Terminology.load(args.terminology) if args.terminology else None,
+    )
     if args.resume and not args.output:
         raise UserError("--resume needs -o FILE")
     if args.buffer_lines < 1:
@@ -390,6 +423,7 @@ def _run_translate(args) -> int:
         resume=args.resume,
         buffer_lines=args.buffer_lines,
         warn=_warn("translate"),
+        line_constraints=line_constraints,
     )
     return 0
 

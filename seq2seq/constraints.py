@@ -88,6 +88,13 @@ class Constraints:
         """The shortest output length (EOS counted) that can hold the prefix and every phrase."""
         return len(self.prefix) + self.include_tokens + 1
 
+    def needed_len(self, *, bans: bool = False) -> int:
+        """The length limit (EOS counted) the search gives this sentence at least:
+        :attr:`min_len` plus a reserve of one token per include phrase where tokens may be
+        banned (avoided phrases, or ``bans``: no_repeat_ngram), to get around a banned one."""
+        reserve = len(self.include) if (bans or self.avoid) else 0
+        return self.min_len + reserve
+
     def check(self, *, special: Sequence[int], no_repeat_ngram: int = 0) -> None:
         """Raise a one-line UserError for constraints no output can meet.
 
@@ -260,7 +267,7 @@ class ConstraintState:
             prefix_len=torch.tensor([len(c.prefix) for c in constraints], device=device),
             total=include.length.sum(1),
             reserve=torch.tensor(
-                [len(c.include) if (bans or c.avoid) else 0 for c in constraints],
+                [c.needed_len(bans=bans) - c.min_len for c in constraints],
                 dtype=torch.long,
                 device=device,
             ),

@@ -60,6 +60,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seq2seq.constraints import Constraints
 from seq2seq.decoding import (
     LoadedEngine,
     SearchOptions,
@@ -158,14 +159,23 @@ class TorchEngine:
             ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         return ids.to(self.device)
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def translate_ids(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None = None,
+    ) -> list[list[Hypothesis]]:
         """See :class:`Engine`."""
         if not src:
             return []
-        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
+        return with_sampled_nbest(
+            lambda rows, cons: self._search(rows, opts, cons), src, opts, constraints
+        )
 
     @torch.inference_mode()
-    def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def _search(
+        self, src: list[list[int]], opts: SearchOptions, constraints: list[Constraints] | None
+    ) -> list[list[Hypothesis]]:
         model = self.model
         return run_search(
             model.decode_step if self.use_cache else model.decode_step_uncached,
@@ -179,6 +189,7 @@ class TorchEngine:
             eos_id=self.eos_id,
             unk_id=self.unk_id,
             device=self.device,
+            constraints=constraints,
         )
 
 
@@ -305,13 +316,22 @@ class OnnxEngine:
         )
         return torch.from_numpy(log_probs), new_state
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def translate_ids(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None = None,
+    ) -> list[list[Hypothesis]]:
         """See :class:`seq2seq.decoding.Engine`."""
         if not src:
             return []
-        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
+        return with_sampled_nbest(
+            lambda rows, cons: self._search(rows, opts, cons), src, opts, constraints
+        )
 
-    def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def _search(
+        self, src: list[list[int]], opts: SearchOptions, constraints: list[Constraints] | None
+    ) -> list[list[Hypothesis]]:
         return run_search(
             self.step,
             reorder_state,
@@ -323,6 +343,7 @@ class OnnxEngine:
             bos_id=self.bos_id,
             eos_id=self.eos_id,
             unk_id=self.unk_id,
+            constraints=constraints,
         )
 
 
@@ -428,30 +449,81 @@ class CTranslate2Engine:
             )
         return kwargs
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`seq2seq.decoding.Engine`."""
+    def translate_ids(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None = None,
+    ) -> list[list[Hypothesis]]:
+        """See :class:`seq2seq.decoding.Engine`.
+
+        Constraints: a prefix is CTranslate2's ``target_prefix``; avoided phrases are its
+        ``suppress_sequences`` (one list per call, so sentences are grouped by their avoid
+        lists); include phrases are a UserError (CTranslate2 has no lexically constrained
+        search: use ``--engine torch`` or ``onnx``).
+        """
         if not src:
             return []
+        if constraints is not None and any(c.include for c in constraints):
+            raise UserError(
+                "the ctranslate2 engine cannot do positive constraints (--constraints, "
+                "--terminology); use --engine torch (or onnx)"
+            )
         if opts.method == "sample":
             import ctranslate2
 
             ctranslate2.set_random_seed(opts.seed)
-        return with_sampled_nbest(lambda rows: self._translate(rows, opts), src, opts)
+        return with_sampled_nbest(
+            lambda rows, cons: self._translate(rows, opts, cons), src, opts, constraints
+        )
 
-    def _translate(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def _translate(
+        self, src: list[list[int]], opts: SearchOptions, constraints: list[Constraints] | None
+    ) -> list[list[Hypothesis]]:
+        if constraints is None or all(not c.avoid for c in constraints):
+            return self._translate_group(src, opts, constraints, ())
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for i, c in enumerate(constraints):
+            groups[c.avoid].append(i)
+        out: list[list[Hypothesis]] = [[] for _ in src]
+        for avoid, idx in groups.items():
+            hyps = self._translate_group(
+                [src[i] for i in idx], opts, [constraints[i] for i in idx], avoid
+            )
+            for i, h in zip(idx, hyps):
+                out[i] = h
+        return out
+
+    def _translate_group(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None,
+        avoid: tuple[tuple[int, ...], ...],
+    ) -> list[list[Hypothesis]]:
         kwargs = self._options(opts)
+        if avoid:
+            kwargs["suppress_sequences"] = kwargs["suppress_sequences"] + [
+                [self.tgt_vocab[t] for t in a] for a in avoid
+            ]
         # Sources end with EOS, which CTranslate2 appends itself (add_source_eos).
         tokens = [[self.src_vocab[i] for i in (s[:-1] if s[-1] == self.eos_id else s)] for s in src]
+        prefixes = None
+        if constraints is not None and any(c.prefix for c in constraints):
+            prefixes = [[self.tgt_vocab[t] for t in c.prefix] for c in constraints]
         # CTranslate2 takes one max_decoding_length per call, and the length limit is per
-        # sentence (max_lens counts EOS; CTranslate2's counts it too). One call for the whole
-        # batch at its largest limit; the sentences whose output reaches its own limit (rare
-        # for a trained model) are decoded again, grouped by limit, under their own limit.
-        # (Greedy output is exactly the per-sentence result; a beam could in rare cases also
-        # differ below the limit, since a beam cut at the limit competes in the n-best.)
+        # sentence (max_lens counts EOS; CTranslate2's counts it too, and the prefix). One call
+        # for the whole batch at its largest limit; the sentences whose output reaches its own
+        # limit (rare for a trained model) are decoded again, grouped by limit, under their
+        # own limit. (Greedy output is exactly the per-sentence result; a beam could in rare
+        # cases also differ below the limit, since a beam cut at the limit competes in the
+        # n-best.)
         limits = max_target_lens([len(s) for s in src], opts, self.max_positions)
+        if constraints is not None:  # room for the prefix, as in seq2seq.search
+            limits = [max(n, c.needed_len()) for n, c in zip(limits, constraints)]
         out: list[list[Hypothesis]] = [[] for _ in src]
         truncated: set[int] = set()  # id() of hypotheses that hit the max length
-        first = self._decode(tokens, list(range(len(src))), max(limits), kwargs)
+        first = self._decode(tokens, list(range(len(src))), max(limits), kwargs, prefixes)
         redo: dict[int, list[int]] = defaultdict(list)
         for i, hyps in first.items():
             if all(len(h.tokens) < limits[i] for h in hyps):
@@ -459,10 +531,12 @@ class CTranslate2Engine:
             else:
                 redo[limits[i]].append(i)
         for limit, idx in redo.items():
-            for i, hyps in self._decode(tokens, idx, limit, kwargs).items():
+            for i, hyps in self._decode(tokens, idx, limit, kwargs, prefixes).items():
                 out[i] = hyps
-        for hyps in out:
+        for i, hyps in enumerate(out):
             for h in hyps:
+                if prefixes is not None:
+                    h.prefix_len = len(prefixes[i])
                 if not h.tokens or h.tokens[-1] != self.eos_id:
                     h.tokens.append(self.eos_id)  # the torch engine forces EOS at the max length
                     truncated.add(id(h))
@@ -476,9 +550,16 @@ class CTranslate2Engine:
         return out
 
     def _decode(
-        self, tokens: list[list[str]], idx: list[int], limit: int, kwargs: dict
+        self,
+        tokens: list[list[str]],
+        idx: list[int],
+        limit: int,
+        kwargs: dict,
+        prefixes: list[list[str]] | None = None,
     ) -> dict[int, list[Hypothesis]]:
         """translate_batch of the sentences ``idx`` with at most ``limit`` tokens (EOS counted)."""
+        if prefixes is not None:
+            kwargs = dict(kwargs, target_prefix=[prefixes[i] for i in idx])
         results = self.translator.translate_batch(
             [tokens[i] for i in idx],
             max_decoding_length=limit - 1,
@@ -521,7 +602,8 @@ class CTranslate2Engine:
         )
         for (_, h), r in zip(flat, results):
             lps = [float(x) for x in r.log_probs]  # EOS included (score_batch appends it)
-            h.score = sum(lps) / len(lps) ** len_penalty
+            lps[: h.prefix_len] = [0.0] * h.prefix_len  # the prefix is given, not scored
+            h.score = sum(lps) / (len(lps) - h.prefix_len) ** len_penalty
             h.token_scores = lps
         return [sorted(sent, key=lambda h: -h.score) for sent in hyps]
 

@@ -556,10 +556,8 @@ def _start_constraints(
     if len(constraints) != max_lens.size(0):
         raise ValueError(f"{len(constraints)} constraints for {max_lens.size(0)} sentences")
     cstate = ConstraintState.start(constraints, device, bans=no_repeat_ngram > 0)
-    need = torch.tensor(
-        [c.min_len + r for c, r in zip(constraints, cstate.reserve.tolist())],
-        device=max_lens.device,
-    )
+    bans = no_repeat_ngram > 0
+    need = torch.tensor([c.needed_len(bans=bans) for c in constraints], device=max_lens.device)
     return cstate, torch.maximum(max_lens, need)
 
 
