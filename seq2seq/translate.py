@@ -265,7 +265,7 @@ class Translator:
     ) -> list[Constraints] | None:
         """Per sentence, its :class:`~seq2seq.constraints.Constraints` in target ids; None
         when there are none at all. (See :meth:`translate_nbest`.)"""
-        from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
+        from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
         name = where or _sentence_name
         n = len(sentences)
@@ -299,6 +299,12 @@ class Translator:
                 c.check(special=(PAD_ID, BOS_ID, EOS_ID), no_repeat_ngram=no_repeat_ngram)
             except UserError as e:
                 raise UserError(f"{name(i)}: {e}") from None
+            for text, ids_ in [*zip(include_text[i], c.include), (prefix_text[i], c.prefix)]:
+                if UNK_ID in ids_:
+                    raise UserError(
+                        f"{name(i)}: {text!r} has characters the target vocabulary lacks "
+                        "(they would be output as the unknown piece)"
+                    )
             if c.needed_len() > self.max_src_positions:
                 raise UserError(
                     f"{name(i)}: the prefix and constraints take {c.needed_len() - 1} "
