@@ -523,7 +523,9 @@ def _dba_candidates(
     vals = vals.masked_fill(~fits, _NEG_INF)
     cum = (scores.to(vals.dtype)[:, None] + vals).view(Ba, K * C)
     total = cstate.total_of_rows().view(Ba, K)[:, 0]  # (Ba,)
-    pos = allocate(cum, met.view(Ba, K * C), total, min(2 * K, K * C))  # (Ba, 2K)
+    pos = allocate(
+        cum, met.view(Ba, K * C), total, min(2 * K, K * C), total_max=cstate.total_max
+    )  # (Ba, 2K)
     return (
         cum.gather(1, pos),
         pos // C,
