@@ -371,6 +371,9 @@ def _ct2_device(device: str) -> tuple[str, int]:
 class CTranslate2Engine:
     """Search with CTranslate2's ``Translator.translate_batch`` (see the module docstring).
 
+    ``positive_constraints = False``: prefixes and avoided phrases only (read by seq2seq.serve
+    to refuse a constrained request up front).
+
     Args:
         export_dir: a folder written by ``seq2seq export --format ctranslate2``.
         device: ``cpu``, ``cuda`` or ``cuda:N``.
@@ -380,6 +383,8 @@ class CTranslate2Engine:
         exact_scores: rescore the hypotheses with the model to report fairseq's scores and
             per-token log-probabilities (costs one teacher-forced pass).
     """
+
+    positive_constraints = False
 
     def __init__(
         self,
