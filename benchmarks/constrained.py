@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     translator.translate(src[:16], constraints=constraints[:16])
 
     free = translator.translate(src)  # the outputs the prefix rows start from
+
     def covered(text: str) -> str:  # "" for a prefix the target vocabulary cannot spell
         return text if text and 1 not in tok.encode_tgt([text])[0] else ""
 

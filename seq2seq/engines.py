@@ -35,6 +35,11 @@ the random streams differ from torch's). Differences, measured against the torch
   start token in the n-grams (fairseq's rule), which CTranslate2 may not.
 - ``unk_penalty``: only 0 (off) or ``inf`` (never produce unk, CTranslate2's ``disable_unk``).
 - The pad token is suppressed, as in seq2seq.search.
+- Constrained decoding: a prefix is ``target_prefix`` (CTranslate2's score then divides the
+  continuation's log-probs by the whole length, prefix included; ``exact_scores`` gives
+  seq2seq's, the continuation's own), avoided phrases are ``suppress_sequences``; positive
+  constraints are a UserError that points to ``--engine torch``. The ONNX engine has them all
+  (seq2seq's search), a multi-token prefix step running the decoder graph once per token.
 
 Threads: both engines use ``torch.get_num_threads()`` threads (set it with
 ``torch.set_num_threads``, as benchmarks/export_parity.py does), so every engine runs with

@@ -244,3 +244,18 @@ def test_outputs_end_with_eos_and_carry_the_prefix_length(trained_dir: Path):
     n = len(translator.tokenizer.encode_tgt(["two"])[0])
     assert [h[0].prefix_len for h in rec.hyps] in ([n, 0], [0, n])
     assert all(h[0].tokens[-1] == EOS_ID for h in rec.hyps)
+
+
+def test_onnx_engine_gives_the_torch_engines_constrained_output(trained_dir, tmp_path):
+    pytest.importorskip("onnxruntime")
+    from seq2seq.export import export_onnx
+
+    onnx_dir = export_onnx(trained_dir, tmp_path / "onnx")
+    onnx = Translator.load(onnx_dir, engine="onnx")
+    torch_tr = Translator.load(trained_dir)
+    sentences = [s for s, _ in synthetic_pairs(16, seed=12)]
+    rng = random.Random(5)
+    prefix = [rng.choice(WORDS) for _ in sentences]
+    constraints = [[rng.choice([w for w in WORDS if w != p])] for p in prefix]
+    kw = dict(prefix=prefix, constraints=constraints)
+    assert onnx.translate(sentences, **kw) == torch_tr.translate(sentences, **kw)
