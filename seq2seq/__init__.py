@@ -19,6 +19,7 @@ import importlib
 __all__ = [
     "ExperimentConfig",
     "Seq2SeqTransformer",
+    "Terminology",
     "Translator",
     "UserError",
     "build_model",
@@ -35,6 +36,7 @@ _HOMES = {
     "build_model": "seq2seq.model",
     "load_model_dir": "seq2seq.modeldir",
     "Translator": "seq2seq.translate",
+    "Terminology": "seq2seq.constraints",
 }
 
 

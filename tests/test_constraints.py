@@ -398,7 +398,7 @@ def test_fused_path_equals_the_exact_path_under_constraints(monkeypatch):
         assert [h.score for h in f] == pytest.approx([h.score for h in e], abs=1e-12)
 
 
-def test_greedy_and_sampling_keep_prefix_and_avoid_on_random_models():
+def test_greedy_and_sampling_keep_prefix_and_avoid_on_random_models(monkeypatch):
     rng = random.Random(7)
     vocab, n = 80, 16
     cons = [
@@ -407,15 +407,28 @@ def test_greedy_and_sampling_keep_prefix_and_avoid_on_random_models():
             random_constraints(rng, vocab, with_prefix=True, with_avoid=True) for _ in range(n)
         )
     ]
+    # Avoid what the model likes most, so that the bans bite: each sentence's first free pick.
     dist = random_dist(vocab)
+    cons = [
+        Constraints(
+            prefix=c.prefix,
+            avoid=[*c.avoid, (max(range(4, vocab), key=lambda v: dist(i, c.prefix)[v]),)],
+        )
+        for i, c in enumerate(cons)
+    ]
     m = Fake(dist, vocab)
-    for h, c in zip(
-        greedy_search(
+
+    def greedy():
+        return greedy_search(
             m.step, m.reorder, m.initial(n), batch_size=n, max_lens=9, constraints=cons, **SPECIAL
-        ),
-        cons,
-    ):
+        )
+
+    fused = greedy()
+    for h, c in zip(fused, cons):
         check_holds(h, c)
+    monkeypatch.setattr(search_module, "_FUSED_MIN_VOCAB", 10**9)
+    assert [h.tokens for h in greedy()] == [h.tokens for h in fused]  # the exact path agrees
+    monkeypatch.undo()
     for h, c in zip(
         sample(
             m.step, m.reorder, m.initial(n), batch_size=n, max_lens=9, constraints=cons, **SPECIAL
