@@ -13,6 +13,12 @@ Schedules (``training.schedule``; ``n`` = optimizer updates so far, 1 for the fi
   ``lr`` is Noam's scale factor (1-2), not the peak rate;
 - ``constant``: ``lr * min(1, n / w)`` (linear warmup, then constant).
 
+Normalization (as in fairseq): each micro-batch's backward runs on its *summed* token losses,
+and before the update the accumulated gradient is divided by the target tokens of the whole
+update, over all ``training.accumulate`` micro-batches and all DDP ranks. Micro-batches and ranks
+of unequal size weigh by their tokens, and ``accumulate=2`` over batches A and B gives the
+gradient of one update over A and B together.
+
 Exactness on resume: the random state of every training batch (dropout) is reseeded from
 ``(training.seed, epoch, batch index, rank)`` before the batch runs, so a run resumed from a
 checkpoint draws the same dropout masks as an uninterrupted one, whatever ran in between
@@ -301,15 +307,31 @@ class TranslationModule(pl.LightningModule):
             self._tick = time.perf_counter()
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
+        """The micro-batch's summed loss; :meth:`on_before_optimizer_step` normalizes the
+        accumulated gradient by the whole update's token count (fairseq's normalization)."""
         out = self.compute_loss(batch.src_ids, batch.tgt_ids)
-        n = max(out.n_tokens, 1)
-        loss = out.loss / n
+        loss = out.loss
         sums = torch.stack([out.loss.detach().float(), out.nll.detach().float()])
         sums = torch.cat([sums, sums.new_tensor([float(out.n_tokens)])])
         self._acc = sums if self._acc is None else self._acc + sums
         if not bool(torch.isfinite(out.loss.detach())):
             self._local_nonfinite = True
         return loss
+
+    def _normalize_grads(self, tokens: float, world: int) -> None:
+        """Turn the accumulated gradient of summed losses into that of the update's mean.
+
+        Each micro-batch's backward ran on its summed loss, which Lightning divided by
+        ``accumulate_grad_batches`` (k); DDP averaged the gradients over the ``world`` ranks.
+        Multiplying by ``k * world / tokens``, with ``tokens`` the target tokens of the whole
+        update (all micro-batches, all ranks), leaves ``d(sum of token losses) / tokens``:
+        micro-batches and ranks weigh by their tokens, as in fairseq, not equally.
+        """
+        k = self.trainer.accumulate_grad_batches if self._trainer is not None else 1
+        scale = k * world / max(tokens, 1.0)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if grads and scale != 1.0:
+            torch._foreach_mul_(grads, scale)
 
     def _grad_norm(self) -> float:
         """Global L2 norm of the gradients (before clipping); inf or nan when not finite."""
@@ -330,6 +352,7 @@ class TranslationModule(pl.LightningModule):
             dist.all_reduce(both)
             acc, flag = both[:3], both[3:]
         bad = bool(flag.item() > 0)
+        self._normalize_grads(float(acc[2]), world)
         grad_norm = self._grad_norm()
         if t.precision != "16-mixed":
             # (16-mixed: the grad scaler skips overflowing steps itself, and overflows while
