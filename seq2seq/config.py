@@ -157,6 +157,11 @@ class TrainingConfig:
     max_epochs: int = -1
     max_time: str | None = None
     """Wall-clock limit ``DD:HH:MM:SS`` (None = unlimited)."""
+    expected_minutes: float = 0.0
+    """Training time of ``max_steps`` updates on the machine the config was sized on (0 = not
+    given): printed at start; a run much slower than that is warned about once (seq2seq/pace.py)."""
+    expected_machine: str = ""
+    """That machine, in words, printed with the estimate."""
     val_every_steps: int = 1000
     save_every_steps: int = 0
     """Periodic checkpoint every N optimizer steps (0 = every ``val_every_steps``)."""

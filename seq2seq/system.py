@@ -101,6 +101,10 @@ def check_training_config(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"training.lr must be a positive number, got {t.lr}")
     if not 0.0 <= t.label_smoothing < 1.0:
         raise ConfigError(f"training.label_smoothing must be in [0, 1), got {t.label_smoothing}")
+    if t.expected_minutes < 0 or not math.isfinite(t.expected_minutes):
+        raise ConfigError(f"training.expected_minutes must be >= 0, got {t.expected_minutes}")
+    if t.expected_minutes > 0 and t.max_steps < 1:
+        raise ConfigError("training.expected_minutes needs training.max_steps (updates) to be set")
     if t.max_steps < 1 and t.max_epochs < 1 and t.max_time is None:
         raise ConfigError(
             "set a limit: training.max_steps, training.max_epochs or training.max_time"

@@ -91,6 +91,7 @@ from seq2seq.config import (
 )
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_open
+from seq2seq.pace import PaceWatch
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -511,6 +512,8 @@ def train(
         ),
         StepProgressBar() if progress else TextProgress(every=t.log_every_steps),
     ]
+    if t.expected_minutes > 0:
+        callbacks.append(PaceWatch(expected_minutes=t.expected_minutes, machine=t.expected_machine))
     if t.patience > 0:
         callbacks.append(
             EarlyStopping(

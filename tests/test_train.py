@@ -109,6 +109,7 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
             max_steps=300,
             val_every_steps=100,
             log_every_steps=10,
+            expected_minutes=0.001,  # 0.2 ms per update: surely slower (seq2seq/pace.py)
         )
         + ["model.d_model=64", "model.n_heads=4", "model.d_ff=128", "model.dropout=0.0"]
         + ["data.max_tokens=600"],
@@ -117,6 +118,8 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
     captured = capsys.readouterr()
     out = captured.out
     assert "step 300/300 loss " in captured.err and " tok_s " in captured.err  # text progress
+    assert "expected training time: under a minute for 300 updates" in captured.err
+    assert captured.err.count("warning: training runs ") == 1  # once, however slow
 
     m = csv_metrics(run)
     losses = [m["train/loss"][s] for s in sorted(m["train/loss"])]
