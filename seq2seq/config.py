@@ -144,8 +144,11 @@ class TrainingConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     schedule: str = "inverse_sqrt"
-    """``inverse_sqrt`` (linear warmup to ``lr``, then lr*sqrt(warmup/step)), ``noam`` or ``constant``."""
+    """``inverse_sqrt`` (linear warmup to ``lr``, then lr*sqrt(warmup/step)), ``noam``,
+    ``constant``, or ``linear`` / ``cosine`` (warmup, then decay to ``min_lr`` at ``max_steps``)."""
     warmup_steps: int = 4000
+    min_lr: float = 0.0
+    """Where the ``linear`` and ``cosine`` schedules end, at ``max_steps``."""
     label_smoothing: float = 0.1
     clip_norm: float = 0.0
     """Gradient clipping by global norm (0 = off)."""

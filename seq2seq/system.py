@@ -11,7 +11,15 @@ Schedules (``training.schedule``; ``n`` = optimizer updates so far, 1 for the fi
 - ``inverse_sqrt`` (fairseq): ``lr * n / w`` while ``n <= w``, then ``lr * sqrt(w / n)``;
 - ``noam`` (Vaswani et al. 2017): ``lr * d_model**-0.5 * min(n**-0.5, n * w**-1.5)``, so
   ``lr`` is Noam's scale factor (1-2), not the peak rate;
-- ``constant``: ``lr * min(1, n / w)`` (linear warmup, then constant).
+- ``constant``: ``lr * min(1, n / w)`` (linear warmup, then constant);
+- ``linear``: linear warmup, then a straight line from ``lr`` down to ``training.min_lr`` at
+  update ``T = training.max_steps``: ``min_lr + (lr - min_lr) * (1 - p)`` with
+  ``p = (n - w) / (T - w)``;
+- ``cosine``: linear warmup, then half a cosine from ``lr`` to ``min_lr`` at ``T``:
+  ``min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2``.
+
+The two decaying schedules end at ``max_steps``: a run they fit is bounded by updates (a
+``max_time`` that stops it earlier leaves the rate above ``min_lr``).
 
 Normalization (as in fairseq): each micro-batch's backward runs on its *summed* token losses,
 and before the update the accumulated gradient is divided by the target tokens of the whole
@@ -59,7 +67,8 @@ __all__ = [
     "monitor_mode",
 ]
 
-SCHEDULES = ("inverse_sqrt", "noam", "constant")
+SCHEDULES = ("inverse_sqrt", "noam", "constant", "linear", "cosine")
+DECAYING = ("linear", "cosine")  # schedules that end at training.max_steps
 PRECISIONS = ("32", "bf16-mixed", "16-mixed")
 VAL_METRICS = ("bleu", "chrf", "loss")
 VAL_METHODS = ("greedy", "beam")
@@ -101,6 +110,19 @@ def check_training_config(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"training.lr must be a positive number, got {t.lr}")
     if not 0.0 <= t.label_smoothing < 1.0:
         raise ConfigError(f"training.label_smoothing must be in [0, 1), got {t.label_smoothing}")
+    if t.schedule in DECAYING:
+        if t.max_steps < 1:
+            raise ConfigError(
+                f"training.schedule {t.schedule} decays to training.min_lr at "
+                "training.max_steps: set training.max_steps"
+            )
+        if t.warmup_steps >= t.max_steps:
+            raise ConfigError(
+                f"training.warmup_steps ({t.warmup_steps}) must be below training.max_steps "
+                f"({t.max_steps}) for the {t.schedule} schedule"
+            )
+    if not 0.0 <= t.min_lr <= t.lr:
+        raise ConfigError(f"training.min_lr must be in [0, training.lr], got {t.min_lr}")
     if t.expected_minutes < 0 or not math.isfinite(t.expected_minutes):
         raise ConfigError(f"training.expected_minutes must be >= 0, got {t.expected_minutes}")
     if t.expected_minutes > 0 and t.max_steps < 1:
@@ -111,13 +133,40 @@ def check_training_config(cfg: ExperimentConfig) -> None:
         )
 
 
-def lr_factor(schedule: str, *, warmup_steps: int, d_model: int) -> Callable[[int], float]:
+def lr_factor(
+    schedule: str,
+    *,
+    warmup_steps: int,
+    d_model: int,
+    max_steps: int = 0,
+    min_ratio: float = 0.0,
+) -> Callable[[int], float]:
     """The schedule as ``f(k) -> factor of training.lr`` for LambdaLR.
 
     LambdaLR calls ``f(k)`` with ``k`` = scheduler steps taken so far (0 before the first
     update); the update that follows is the ``n = k + 1``-th (see the module docstring).
+    ``max_steps`` and ``min_ratio`` (``min_lr / lr``) shape ``linear`` and ``cosine``.
     """
     w = max(warmup_steps, 1)
+    if schedule in DECAYING:
+        if max_steps <= warmup_steps:
+            raise ConfigError(
+                f"training.schedule {schedule} needs training.max_steps ({max_steps}) above "
+                f"training.warmup_steps ({warmup_steps})"
+            )
+        span = max_steps - warmup_steps
+        shape = (lambda p: 1.0 - p) if schedule == "linear" else (
+            lambda p: 0.5 * (1.0 + math.cos(math.pi * p))
+        )  # fmt: skip
+
+        def f(k: int) -> float:
+            n = k + 1
+            if n <= warmup_steps:
+                return n / w
+            p = min(1.0, (n - warmup_steps) / span)
+            return min_ratio + (1.0 - min_ratio) * shape(p)
+
+        return f
     if schedule == "inverse_sqrt":
 
         def f(k: int) -> float:
@@ -194,6 +243,8 @@ class TranslationModule(pl.LightningModule):
         self.nonfinite_in_row = 0  # saved in checkpoints
         self.nonfinite_total = 0  # saved in checkpoints
         self.data_position = (0, 0)  # (epoch, batches consumed in it); saved in checkpoints
+        self.wall_before_s = 0.0  # training wall-clock of earlier launches; saved in checkpoints
+        self._launch_t0: float | None = None
         self.resume_position: tuple[int, int] | None = None  # from a loaded checkpoint
         # validation bookkeeping
         self._val_sums: Tensor | None = None  # (3,) loss sum, nll sum, target tokens
@@ -259,7 +310,13 @@ class TranslationModule(pl.LightningModule):
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})
         optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), eps=t.eps)
-        factor = lr_factor(t.schedule, warmup_steps=t.warmup_steps, d_model=self.cfg.model.d_model)
+        factor = lr_factor(
+            t.schedule,
+            warmup_steps=t.warmup_steps,
+            d_model=self.cfg.model.d_model,
+            max_steps=t.max_steps,
+            min_ratio=t.min_lr / t.lr,
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {
             "optimizer": optimizer,
@@ -309,6 +366,13 @@ class TranslationModule(pl.LightningModule):
         self.data_position = (epoch, batch_idx + 1)
         if self._tick is None:
             self._tick = time.perf_counter()
+        if self._launch_t0 is None:
+            self._launch_t0 = self._tick
+
+    def wall_seconds(self) -> float:
+        """Wall-clock seconds of training so far, validation included, over all launches."""
+        launch = time.perf_counter() - self._launch_t0 if self._launch_t0 is not None else 0.0
+        return self.wall_before_s + launch
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
         """The micro-batch's summed loss; :meth:`on_before_optimizer_step` normalizes the
@@ -460,6 +524,8 @@ class TranslationModule(pl.LightningModule):
         self.log("val/loss", loss_sum / tokens, sync_dist=True)
         self.log("val/nll", nll_sum / tokens, sync_dist=True)
         self.log("val/ppl", math.exp(min(nll_sum / tokens, 50.0)), sync_dist=True)
+        # minutes of training when this validation ran (for BLEU-against-time curves)
+        self.log("val/wall_min", self.wall_seconds() / 60.0, sync_dist=True)
         if self.tokenizer is None or self.valid_ref_text is None:
             return
         hyps = self._gather_hyps()  # every rank gets all of them: same scores everywhere
@@ -501,6 +567,7 @@ class TranslationModule(pl.LightningModule):
             "data_batches": int(consumed),
             "nonfinite_in_row": int(self.nonfinite_in_row),
             "nonfinite_total": int(self.nonfinite_total),
+            "wall_s": float(self.wall_seconds()),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -516,6 +583,8 @@ class TranslationModule(pl.LightningModule):
             )
         self.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
         self.nonfinite_total = int(state.get("nonfinite_total", 0))
+        self.wall_before_s = float(state.get("wall_s", 0.0))
+        self._launch_t0 = None
         epoch, consumed = int(state["data_epoch"]), int(state["data_batches"])
         self.resume_position = (epoch, consumed)
         self.data_position = self.resume_position

@@ -127,6 +127,8 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
     bleu = [m["val/bleu"][s] for s in sorted(m["val/bleu"])]
     assert len(bleu) == 3 and bleu[-1] > 50 and bleu[0] < bleu[-1], bleu
     assert m["val/loss"] and m["val/chrf"] and m["train/tok_s"] and m["train/lr"]
+    wall = [m["val/wall_min"][s] for s in sorted(m["val/wall_min"])]  # BLEU-against-time
+    assert len(wall) == 3 and 0 < wall[0] < wall[1] < wall[2], wall
     # sacreBLEU's signature once, samples at each validation
     assert out.count("nrefs:1|case:mixed|eff:no|tok:13a") == 1, out
     assert out.count("  HYP ") == 3 * 2
