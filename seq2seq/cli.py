@@ -110,11 +110,19 @@ def _train(sub) -> None:
         "seq2seq train --config configs/multi30k_small.yaml --out runs/m30k\n"
         "seq2seq train --config configs/multi30k_small.yaml --out runs/m30k "
         "training.max_steps=2000 model.dropout=0.3\n"
-        "seq2seq train --resume runs/m30k training.max_steps=20000",
+        "seq2seq train --resume runs/m30k training.max_steps=20000\n"
+        "seq2seq train --init-from runs/m30k --out runs/m30k_ft training.lr=1e-4 "
+        "training.max_steps=300",
     )
     _add_config_args(p)
     p.add_argument("--out", metavar="DIR", help="model directory to create")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last.ckpt")
+    p.add_argument(
+        "--init-from",
+        metavar="MODEL_DIR",
+        help="fine-tune: start from MODEL_DIR's weights, SentencePiece and model shape "
+        "(fresh optimizer and schedule; without --config, MODEL_DIR's config is the base)",
+    )
     p.add_argument(
         "--mirror",
         default=os.environ.get("SEQ2SEQ_MIRROR"),
@@ -133,7 +141,11 @@ def _run_train(args) -> int:
     if not out:
         raise UserError("give --out DIR for a new run, or --resume DIR")
     cfg = resolve_config(
-        out, resume=bool(args.resume), config_path=args.config, overrides=args.overrides
+        out,
+        resume=bool(args.resume),
+        config_path=args.config,
+        overrides=args.overrides,
+        init_from=args.init_from,
     )
     train(cfg, out, resume=bool(args.resume), mirror=args.mirror, cache_dir=args.cache_dir)
     return 0
