@@ -218,7 +218,13 @@ def average_model_dir(model_dir: str | Path, *, n: int, out: str | Path) -> Path
     from safetensors.torch import save_file
 
     from seq2seq.config import load_config
-    from seq2seq.modeldir import CONFIG_FILE, SPM_FILES, save_model_dir, state_dict_for_saving
+    from seq2seq.modeldir import (
+        CONFIG_FILE,
+        PARENT_FILE,
+        SPM_FILES,
+        save_model_dir,
+        state_dict_for_saving,
+    )
 
     model_dir, out = Path(model_dir), Path(out)
     if n < 1:
@@ -251,7 +257,7 @@ def average_model_dir(model_dir: str | Path, *, n: int, out: str | Path) -> Path
     if out.resolve() == model_dir.resolve():
         raise CheckpointError(f"--out {out} is the run directory itself; choose another")
     out.mkdir(parents=True, exist_ok=True)
-    for name in SPM_FILES:
+    for name in (*SPM_FILES, PARENT_FILE):  # (a fine-tuned run's parent record too)
         if (model_dir / name).is_file():
             shutil.copyfile(model_dir / name, out / name)
     save_model_dir(out, model, cfg)

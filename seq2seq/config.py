@@ -193,6 +193,10 @@ class TrainingConfig:
     """torch intra-op threads (0 = leave torch's default)."""
     compile: bool = False
     """Wrap the model in torch.compile."""
+    init_from: str | None = None
+    """Fine-tune: start from this model directory's weights, SentencePiece model(s) and model
+    shape (``seq2seq train --init-from DIR``; see seq2seq/finetune.py). The optimizer and the
+    schedule start fresh."""
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ before its EOS, where ``src_len`` counts the source ids including their EOS, and
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -27,6 +28,7 @@ __all__ = [
     "Engine",
     "LoadedEngine",
     "SearchOptions",
+    "StepDecoder",
     "max_target_lens",
     "reorder_state",
     "run_search",
@@ -107,6 +109,26 @@ class Engine(Protocol):
         ...
 
 
+@dataclass
+class StepDecoder:
+    """A model as seq2seq.search sees it, ready for one batch of sources.
+
+    Attributes:
+        step: ``step(prefix, state) -> (log_probs, state)`` (see seq2seq.search).
+        reorder: ``reorder(state, index) -> state``.
+        state: the initial state, one row per source sentence.
+        attention: ``attention(state) -> (N, S)`` cross-attention of the last step, when the
+            decoder was started with attention; else None.
+        max_positions: positions the decoder can see.
+    """
+
+    step: Callable
+    reorder: Callable
+    state: object
+    attention: Callable | None
+    max_positions: int
+
+
 def max_target_lens(src_lens: list[int], opts: SearchOptions, max_positions: int) -> list[int]:
     """Per-sentence hypothesis length limits for seq2seq.search (EOS counted there).
 
@@ -133,11 +155,13 @@ def run_search(
     eos_id: int,
     unk_id: int,
     device: torch.device | None = None,
+    attention: Callable | None = None,
 ) -> list[list[Hypothesis]]:
     """Run the search ``opts`` names over ``step``/``reorder`` from ``state`` (B rows).
 
     ``src`` only gives the source lengths (for the max length). Sampling with ``nbest`` > 1
     must be handled by the caller (replicate the rows), as the torch engine does.
+    ``attention(state) -> (N, S)``: collect each hypothesis' cross-attention rows.
     """
     max_lens = torch.tensor(
         max_target_lens([len(s) for s in src], opts, max_positions), device=device
@@ -154,6 +178,7 @@ def run_search(
         unk_id=unk_id,
         unk_penalty=opts.unk_penalty,
         device=device,
+        attention=attention,
     )
     if opts.method == "beam":
         return beam_search(

@@ -63,6 +63,7 @@ from torch import Tensor
 from seq2seq.decoding import (
     LoadedEngine,
     SearchOptions,
+    StepDecoder,
     max_target_lens,
     reorder_state,
     run_search,
@@ -158,28 +159,61 @@ class TorchEngine:
             ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         return ids.to(self.device)
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`Engine`."""
+    @property
+    def max_positions(self) -> int:
+        """Positions the decoder can see (the longest source, and target + BOS)."""
+        return self.model.max_positions
+
+    def start(self, src: list[list[int]], *, attention: bool = False) -> StepDecoder:
+        """Encode ``src`` (padded here): the step function, reorder and state for the search.
+
+        With ``attention`` each step also keeps the last decoder layer's cross-attention,
+        averaged over heads (the explicit, slower attention path).
+        """
+        model = self.model
+        step = model.decode_step if self.use_cache else model.decode_step_uncached
+        if attention:
+            step = functools.partial(step, need_weights=True)
+        return StepDecoder(
+            step=step,
+            reorder=_recycling_reorder,
+            state=model.start_state(self._pad(src)),
+            attention=_cross_attention if attention else None,
+            max_positions=model.max_positions,
+        )
+
+    def translate_ids(
+        self, src: list[list[int]], opts: SearchOptions, *, attention: bool = False
+    ) -> list[list[Hypothesis]]:
+        """See :class:`Engine`; ``attention``: each hypothesis carries its cross-attention."""
         if not src:
             return []
-        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
+        return with_sampled_nbest(lambda rows: self._search(rows, opts, attention), src, opts)
 
     @torch.inference_mode()
-    def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        model = self.model
+    def _search(
+        self, src: list[list[int]], opts: SearchOptions, attention: bool = False
+    ) -> list[list[Hypothesis]]:
+        dec = self.start(src, attention=attention)
         return run_search(
-            model.decode_step if self.use_cache else model.decode_step_uncached,
-            _recycling_reorder,
-            model.start_state(self._pad(src)),
+            dec.step,
+            dec.reorder,
+            dec.state,
             src,
             opts,
-            max_positions=model.max_positions,
+            max_positions=dec.max_positions,
             pad_id=self.pad_id,
             bos_id=self.bos_id,
             eos_id=self.eos_id,
             unk_id=self.unk_id,
             device=self.device,
+            attention=dec.attention,
         )
+
+
+def _cross_attention(state) -> Tensor:
+    """The (N, S) cross-attention a ``need_weights`` step left in the state."""
+    return state.cross_attention
 
 
 def _quantize_linear_layers(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -231,6 +265,12 @@ class OnnxState:
             self_kv=[a.take(idx, axis=0) for a in self.self_kv],
             position=self.position,
         )
+
+
+_ONNX_NO_ATTENTION = (
+    "the onnx engine has no attention weights (its exported decoder step returns none): "
+    "use --engine torch or ctranslate2 for alignments"
+)
 
 
 class OnnxEngine:
@@ -305,17 +345,38 @@ class OnnxEngine:
         )
         return torch.from_numpy(log_probs), new_state
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`seq2seq.decoding.Engine`."""
+    def start(self, src: list[list[int]], *, attention: bool = False) -> StepDecoder:
+        """Encode ``src``: the step function, reorder and state for the search.
+
+        Raises:
+            UserError: ``attention`` (the exported decoder step returns no attention).
+        """
+        if attention:
+            raise UserError(_ONNX_NO_ATTENTION)
+        return StepDecoder(
+            step=self.step,
+            reorder=reorder_state,
+            state=self.start_state(src),
+            attention=None,
+            max_positions=self.max_positions,
+        )
+
+    def translate_ids(
+        self, src: list[list[int]], opts: SearchOptions, *, attention: bool = False
+    ) -> list[list[Hypothesis]]:
+        """See :class:`seq2seq.decoding.Engine` (``attention`` is not supported)."""
         if not src:
             return []
+        if attention:
+            raise UserError(_ONNX_NO_ATTENTION)
         return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
 
     def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+        dec = self.start(src)
         return run_search(
-            self.step,
-            reorder_state,
-            self.start_state(src),
+            dec.step,
+            dec.reorder,
+            dec.state,
             src,
             opts,
             max_positions=self.max_positions,

@@ -350,8 +350,12 @@ def resolve_config(
     resume: bool,
     config_path: str | Path | None = None,
     overrides: list[str] | None = None,
+    init_from: str | Path | None = None,
 ) -> ExperimentConfig:
     """The config of a new run (``--config`` + overrides) or of a resumed one.
+
+    A new run with ``init_from`` (or ``training.init_from``) is fine-tuned from that model
+    directory: :func:`seq2seq.finetune.resolve_init_config` gives its config.
 
     Resuming reads ``DIR/config.yaml``; overrides (or a ``--config``) may change the training,
     decoding and export sections, never the model or data sections.
@@ -363,9 +367,19 @@ def resolve_config(
     out_dir = Path(out_dir)
     overrides = list(overrides or [])
     if not resume:
-        if config_path is None:
-            raise UserError("give --config FILE (or --resume DIR to continue a run)")
-        return load_config(config_path, overrides)
+        if config_path is None and init_from is None:
+            raise UserError(
+                "give --config FILE, --init-from MODEL_DIR (fine-tune), or --resume DIR"
+            )
+        cfg = load_config(config_path, overrides) if config_path is not None else None
+        parent = init_from or (cfg.training.init_from if cfg is not None else None)
+        if parent is None:
+            return cfg
+        from seq2seq.finetune import resolve_init_config
+
+        return resolve_init_config(parent, config_path=config_path, overrides=overrides)
+    if init_from is not None:
+        raise UserError("give either --init-from (a new run) or --resume DIR, not both")
     saved_path = out_dir / CONFIG_FILE
     if not saved_path.is_file():
         raise UserError(f"nothing to resume: {saved_path} is missing")
@@ -498,7 +512,12 @@ def train(
     pl.seed_everything(t.seed, workers=True, verbose=False)
 
     dm = TranslationDataModule(cfg, out_dir, mirror=mirror, cache_dir=cache_dir)
-    module = TranslationModule(cfg=cfg)
+    if t.init_from is not None and not resume:  # fine-tuning: the parent's weights
+        from seq2seq.finetune import start_from_parent
+
+        module = start_from_parent(cfg, out_dir, write_record=rank == 0)
+    else:  # (a resumed run's checkpoint holds the weights)
+        module = TranslationModule(cfg=cfg)
     if progress is None:
         progress = sys.stderr.isatty()
     monitor = f"val/{t.val_metric}"

@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import select
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -125,7 +125,7 @@ class Translator:
     @classmethod
     def load(
         cls,
-        model_dir: str | Path,
+        model_dir: str | Path | Sequence[str | Path],
         *,
         device: str = "cpu",
         engine: str = "torch",
@@ -133,13 +133,24 @@ class Translator:
     ) -> Translator:
         """Load a model directory with the named engine; ``overrides`` change search options.
 
+        Several directories make an ensemble (:func:`seq2seq.ensemble.load_ensemble`): their
+        probabilities are averaged at every step; the decoding defaults are the first's.
+
         Raises:
             UserError: an unknown engine (the message lists the available ones), a bad model
-                directory, invalid options.
+                directory, invalid options, ensemble members with other vocabularies.
         """
         if engine not in ENGINES:
             raise UserError(f"unknown engine {engine!r}; available: {', '.join(sorted(ENGINES))}")
-        loaded = ENGINES[engine](Path(model_dir), device=device)
+        dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
+        if not dirs:
+            raise UserError("give a model directory")
+        if len(dirs) > 1:
+            from seq2seq.ensemble import load_ensemble
+
+            loaded = load_ensemble(dirs, device=device, engine=engine)
+        else:
+            loaded = ENGINES[engine](Path(dirs[0]), device=device)
         opts = SearchOptions.from_config(loaded.cfg.decoding, **overrides)
         return cls(
             loaded.engine,
