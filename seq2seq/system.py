@@ -210,6 +210,21 @@ def _adamw(groups: list[dict], t: TrainingConfig, *, fused: bool) -> torch.optim
     return torch.optim.AdamW(groups, foreach=True, **kwargs)
 
 
+def _fused_loss_dtype(hidden: Tensor) -> torch.dtype | None:
+    """The dtype the fused CPU projection + loss computes in for ``hidden``, or None (unfused).
+
+    float32/float64 without autocast; bfloat16 under CPU autocast to bf16 (``bf16-mixed``)
+    or for bf16 hidden states. Elsewhere (CUDA, fp16) the plain projection and loss.
+    """
+    if hidden.device.type != "cpu":
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        return torch.bfloat16 if torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
+    if hidden.dtype in (torch.float32, torch.float64, torch.bfloat16):
+        return hidden.dtype
+    return None
+
+
 def monitor_mode(metric: str) -> str:
     """``max`` for BLEU and chrF, ``min`` for the loss."""
     return "min" if metric == "loss" else "max"
@@ -360,14 +375,12 @@ class TranslationModule(pl.LightningModule):
         keep = tgt_out.ne(PAD_ID)  # (B, T)
         hidden, target = hidden[keep], tgt_out[keep]  # (N, D), (N,)
         epsilon = self.cfg.training.label_smoothing
-        if (
-            hidden.device.type == "cpu"
-            and hidden.dtype in (torch.float32, torch.float64)
-            and not torch.is_autocast_enabled("cpu")
-        ):
-            # Chunked projection + loss: the (N, V) logits never exist at once (loss.py).
+        dtype = _fused_loss_dtype(hidden)
+        if dtype is not None:
+            # Chunked projection + loss: the (N, V) logits never exist at once (loss.py); in
+            # bf16 mixed precision its multiplies run in bf16, the softmax in float32.
             return projected_label_smoothed_nll(
-                hidden, self.model.output_proj.weight, target, epsilon=epsilon
+                hidden, self.model.output_proj.weight, target, epsilon=epsilon, compute_dtype=dtype
             )
         logits = self.model.project(hidden)  # (N, V)
         return label_smoothed_nll(logits, target, epsilon=epsilon, ignore_index=PAD_ID)
