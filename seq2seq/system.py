@@ -69,7 +69,7 @@ __all__ = [
 
 SCHEDULES = ("inverse_sqrt", "noam", "constant", "linear", "cosine")
 DECAYING = ("linear", "cosine")  # schedules that end at training.max_steps
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+PRECISIONS = ("32", "bf16-mixed", "16-mixed", "auto")  # auto: seq2seq/precision.py
 VAL_METRICS = ("bleu", "chrf", "loss")
 VAL_METHODS = ("greedy", "beam")
 
