@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from seq2seq.config import load_config
-from seq2seq.precision import cpu_flags, matmul_speedup, resolve_precision
+from seq2seq.precision import bf16_speedup, cpu_flags, resolve_precision
 from seq2seq.system import check_training_config
 
 
@@ -65,5 +65,5 @@ def test_cpu_flags_reads_proc_cpuinfo_format(tmp_path):
 
 
 def test_the_probe_measures_a_ratio():
-    ratio = matmul_speedup(16, 32, rows=64, reps=1)
+    ratio = bf16_speedup(16, 32, rows=64, reps=1)
     assert ratio > 0
