@@ -514,7 +514,16 @@ class TranslationModule(pl.LightningModule):
 
     @torch.no_grad()
     def translate_batch(self, src_ids: Tensor) -> list[str]:
-        """Detokenized translations of a (B, S) padded source batch (``training.val_method``)."""
+        """Detokenized translations of a (B, S) padded source batch (``training.val_method``).
+
+        Always in float32, as the exported model translates: under Lightning's autocast
+        (``cache_enabled=False``, and the engine's inference mode caches no casts either)
+        every decoding step would cast every weight to bf16 again.
+        """
+        with torch.autocast(src_ids.device.type, enabled=False):
+            return self._translate_batch(src_ids)
+
+    def _translate_batch(self, src_ids: Tensor) -> list[str]:
         from seq2seq.decoding import SearchOptions
         from seq2seq.engines import TorchEngine
 

@@ -120,3 +120,36 @@ def test_bf16_mixed_updates_float32_master_weights_like_fp32():
     assert moves[1].abs().max() > 1e-3  # the weights moved
     cosine = torch.nn.functional.cosine_similarity(moves[0], moves[1], dim=0)
     assert cosine > 0.95, float(cosine)
+
+
+def _bf16_casts(module: TranslationModule, src: torch.Tensor) -> tuple[list[str], int]:
+    """Validation's greedy search under Lightning's bf16 autocast: output, casts to bf16."""
+    from torch.profiler import ProfilerActivity, profile
+
+    shapes = {tuple(p.shape) for p in module.model.parameters() if p.dim() == 2}
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):  # as Lightning
+            hyps = module.translate_batch(src)
+    return hyps, sum(
+        1
+        for e in prof.events()
+        if e.name == "aten::_to_copy" and e.input_shapes and tuple(e.input_shapes[0]) in shapes
+    )
+
+
+def test_validation_search_runs_in_float32_under_autocast():
+    from seq2seq.tokenizer import EOS_ID
+
+    cfg = load_config(None, [*TINY, "training.val_method=greedy", "decoding.max_len_b=12"])
+    torch.manual_seed(0)
+    module = TranslationModule(cfg=cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB).eval()
+
+    class Ids:  # translate_batch only needs a decoder of ids here
+        def decode_tgt(self, rows):
+            return [" ".join(map(str, r)) for r in rows]
+
+    module.tokenizer = Ids()
+    src = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, 0]])
+    hyps, casts = _bf16_casts(module, src)
+    assert hyps == module.translate_batch(src)  # the float32 search, token for token
+    assert casts == 0  # no weight cast at any step (per-call recasts: ~100 here)
