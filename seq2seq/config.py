@@ -155,7 +155,9 @@ class TrainingConfig:
     accumulate: int = 1
     """Gradient accumulation: batches per optimizer step."""
     precision: str = "32"
-    """Lightning precision: ``32``, ``bf16-mixed`` or ``16-mixed``."""
+    """Lightning precision: ``32``, ``bf16-mixed`` or ``16-mixed``; ``auto``: ``bf16-mixed``
+    where the CPU has bf16 instructions and a probe measures it faster, else ``32``
+    (seq2seq/precision.py; machine-dependent, so not for runs that must be reproducible)."""
     max_steps: int = 10_000
     max_epochs: int = -1
     max_time: str | None = None

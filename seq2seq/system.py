@@ -69,7 +69,7 @@ __all__ = [
 
 SCHEDULES = ("inverse_sqrt", "noam", "constant", "linear", "cosine")
 DECAYING = ("linear", "cosine")  # schedules that end at training.max_steps
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+PRECISIONS = ("32", "bf16-mixed", "16-mixed", "auto")  # auto: seq2seq/precision.py
 VAL_METRICS = ("bleu", "chrf", "loss")
 VAL_METHODS = ("greedy", "beam")
 
@@ -191,6 +191,40 @@ def lr_factor(
     return f
 
 
+def _adamw(groups: list[dict], t: TrainingConfig, *, fused: bool) -> torch.optim.AdamW:
+    """AdamW whose update runs as one fused kernel over all parameters (``fused=True``).
+
+    torch's default on the CPU is the per-parameter loop: ~10 small kernels per parameter
+    tensor (130 tensors in the Tiny shape), which costs more than the update's arithmetic on
+    small models. The fused kernel computes the same update (tests/test_step_speed.py). Not
+    with ``16-mixed``: a fused AdamW unscales the gradients itself, inside ``step``, so
+    Lightning would hand this module's gradient normalization, norm and clipping scaled
+    gradients; that case takes the multi-tensor (``foreach``) implementation.
+    """
+    kwargs = {"lr": t.lr, "betas": tuple(t.betas), "eps": t.eps}
+    if fused:
+        try:
+            return torch.optim.AdamW(groups, fused=True, **kwargs)
+        except RuntimeError:  # a device or dtype without the fused kernel
+            pass
+    return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+def _fused_loss_dtype(hidden: Tensor) -> torch.dtype | None:
+    """The dtype the fused CPU projection + loss computes in for ``hidden``, or None (unfused).
+
+    float32/float64 without autocast; bfloat16 under CPU autocast to bf16 (``bf16-mixed``)
+    or for bf16 hidden states. Elsewhere (CUDA, fp16) the plain projection and loss.
+    """
+    if hidden.device.type != "cpu":
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        return torch.bfloat16 if torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
+    if hidden.dtype in (torch.float32, torch.float64, torch.bfloat16):
+        return hidden.dtype
+    return None
+
+
 def monitor_mode(metric: str) -> str:
     """``max`` for BLEU and chrF, ``min`` for the loss."""
     return "min" if metric == "loss" else "max"
@@ -309,7 +343,7 @@ class TranslationModule(pl.LightningModule):
         groups = [{"params": decay, "weight_decay": t.weight_decay}]
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})
-        optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), eps=t.eps)
+        optimizer = _adamw(groups, t, fused=t.precision != "16-mixed")
         factor = lr_factor(
             t.schedule,
             warmup_steps=t.warmup_steps,
@@ -341,14 +375,12 @@ class TranslationModule(pl.LightningModule):
         keep = tgt_out.ne(PAD_ID)  # (B, T)
         hidden, target = hidden[keep], tgt_out[keep]  # (N, D), (N,)
         epsilon = self.cfg.training.label_smoothing
-        if (
-            hidden.device.type == "cpu"
-            and hidden.dtype in (torch.float32, torch.float64)
-            and not torch.is_autocast_enabled("cpu")
-        ):
-            # Chunked projection + loss: the (N, V) logits never exist at once (loss.py).
+        dtype = _fused_loss_dtype(hidden)
+        if dtype is not None:
+            # Chunked projection + loss: the (N, V) logits never exist at once (loss.py); in
+            # bf16 mixed precision its multiplies run in bf16, the softmax in float32.
             return projected_label_smoothed_nll(
-                hidden, self.model.output_proj.weight, target, epsilon=epsilon
+                hidden, self.model.output_proj.weight, target, epsilon=epsilon, compute_dtype=dtype
             )
         logits = self.model.project(hidden)  # (N, V)
         return label_smoothed_nll(logits, target, epsilon=epsilon, ignore_index=PAD_ID)
@@ -482,7 +514,16 @@ class TranslationModule(pl.LightningModule):
 
     @torch.no_grad()
     def translate_batch(self, src_ids: Tensor) -> list[str]:
-        """Detokenized translations of a (B, S) padded source batch (``training.val_method``)."""
+        """Detokenized translations of a (B, S) padded source batch (``training.val_method``).
+
+        Always in float32, as the exported model translates: under Lightning's autocast
+        (``cache_enabled=False``, and the engine's inference mode caches no casts either)
+        every decoding step would cast every weight to bf16 again.
+        """
+        with torch.autocast(src_ids.device.type, enabled=False):
+            return self._translate_batch(src_ids)
+
+    def _translate_batch(self, src_ids: Tensor) -> list[str]:
         from seq2seq.decoding import SearchOptions
         from seq2seq.engines import TorchEngine
 

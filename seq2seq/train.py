@@ -92,6 +92,7 @@ from seq2seq.config import (
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_open
 from seq2seq.pace import PaceWatch
+from seq2seq.precision import resolve_precision
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -509,6 +510,15 @@ def train(
             f.write(dump_config(cfg))
     if t.threads > 0:
         torch.set_num_threads(t.threads)
+    choice = resolve_precision(
+        t.precision,
+        accelerator=t.accelerator,
+        d_model=cfg.model.d_model,
+        d_ff=cfg.model.d_ff,
+        probe=t.devices in ("1", "auto") and t.num_nodes == 1,
+    )
+    if t.precision == "auto" and rank == 0:
+        print(f"training.precision auto: {choice.precision} ({choice.reason})", file=sys.stderr)
     pl.seed_everything(t.seed, workers=True, verbose=False)
 
     dm = TranslationDataModule(cfg, out_dir, mirror=mirror, cache_dir=cache_dir)
@@ -548,7 +558,10 @@ def train(
         warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before")
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
-        trainer = _fit(cfg, out_dir, module, dm, callbacks, progress=progress, resume=resume)
+        trainer = _fit(
+            cfg, out_dir, module, dm, callbacks, progress=progress, resume=resume,
+            precision=choice.precision,
+        )  # fmt: skip
     if trainer.interrupted:
         raise UserError(
             f"training was interrupted; continue with `seq2seq train --resume {out_dir}`"
@@ -558,7 +571,9 @@ def train(
     return out_dir
 
 
-def _fit(cfg, out_dir: Path, module, dm, callbacks: list, *, progress: bool, resume: bool):
+def _fit(
+    cfg, out_dir: Path, module, dm, callbacks: list, *, progress: bool, resume: bool, precision: str
+):
     t = cfg.training
     last = out_dir / CHECKPOINT_DIR / LAST
     trainer = pl.Trainer(
@@ -566,7 +581,7 @@ def _fit(cfg, out_dir: Path, module, dm, callbacks: list, *, progress: bool, res
         devices=_devices(t.devices),
         num_nodes=t.num_nodes,
         strategy=t.strategy,
-        precision=t.precision,
+        precision=precision,  # training.precision, with auto resolved
         max_steps=t.max_steps if t.max_steps > 0 else -1,
         max_epochs=t.max_epochs if t.max_epochs > 0 else -1,
         max_time=t.max_time,

@@ -511,3 +511,21 @@ def test_resume_from_an_unsafe_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]  # after the data module's report lines
     assert last.startswith("seq2seq train: error: ") and "unsafe unpickling" in last
+
+
+# ---------------------------------------------------------------------------------------------
+# training.precision auto (seq2seq/precision.py)
+
+
+@pytest.mark.parametrize(("flags", "expected"), [({"avx2"}, "32"), ({"amx_bf16"}, "bf16-mixed")])
+def test_precision_auto_is_resolved_and_trains(tmp_path, monkeypatch, capsys, flags, expected):
+    import seq2seq.precision as precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(precision, "bf16_speedup", lambda d_model, d_ff: 2.0)
+    data = write_copy_corpus(tmp_path / "data", n_train=60, n_valid=6)
+    cfg = load_config(None, overrides(data, precision="auto", max_steps=3, val_every_steps=3))
+    run = train(cfg, tmp_path / "run", progress=False)
+    assert f"training.precision auto: {expected} (" in capsys.readouterr().err
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 3
+    assert load_config(run / "config.yaml").training.precision == "auto"  # as configured
