@@ -382,6 +382,22 @@ def _translate(sub) -> None:
         metavar="N",
         help="at most N already-available lines translated together (default: 1000)",
     )
+    out = p.add_argument_group("output (seq2seq/outputs.py)")
+    out.add_argument(
+        "--scores", action="store_true", help="TEXT ||| SCORE (length-normalized log-prob)"
+    )
+    out.add_argument(
+        "--alignments",
+        action="store_true",
+        help="append ||| i-j word alignments (last decoder layer's cross-attention, mean of "
+        "heads; torch or ctranslate2 engine)",
+    )
+    out.add_argument(
+        "--output-format",
+        default="text",
+        choices=["text", "jsonl"],
+        help="jsonl: one JSON object per input line (text, score, tokens, alignment, nbest)",
+    )
     _add_search_args(p)
     p.set_defaults(run=_run_translate)
 
@@ -408,6 +424,9 @@ def _run_translate(args) -> int:
         resume=args.resume,
         buffer_lines=args.buffer_lines,
         warn=_warn("translate"),
+        output_format=args.output_format,
+        scores=args.scores,
+        alignments=args.alignments,
     )
     return 0
 

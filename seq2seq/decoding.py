@@ -93,6 +93,12 @@ class Engine(Protocol):
     :meth:`Translator.translate_nbest` then hands it batches of up to that many times
     ``max_tokens`` source tokens, for an engine that splits batches over workers itself
     (:class:`seq2seq.engines.CTranslate2Engine` on CPU).
+
+    An engine that can return cross-attention (for word alignments, seq2seq.alignments) takes
+    a keyword ``attention: bool``; the Translator passes it only when alignments are asked
+    for, and then expects each hypothesis' ``attention`` rows. Engines that run seq2seq.search
+    also expose ``start(src, *, attention) -> StepDecoder``, which is what an ensemble
+    (seq2seq.ensemble) combines.
     """
 
     def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:

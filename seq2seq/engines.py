@@ -489,18 +489,25 @@ class CTranslate2Engine:
             )
         return kwargs
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`seq2seq.decoding.Engine`."""
+    def translate_ids(
+        self, src: list[list[int]], opts: SearchOptions, *, attention: bool = False
+    ) -> list[list[Hypothesis]]:
+        """See :class:`seq2seq.decoding.Engine`; ``attention``: CTranslate2's
+        ``return_attention`` (the export's alignment layer and heads: the last layer, all
+        heads averaged, for exports made since alignments exist)."""
         if not src:
             return []
         if opts.method == "sample":
             import ctranslate2
 
             ctranslate2.set_random_seed(opts.seed)
-        return with_sampled_nbest(lambda rows: self._translate(rows, opts), src, opts)
+        return with_sampled_nbest(lambda rows: self._translate(rows, opts, attention), src, opts)
 
-    def _translate(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def _translate(
+        self, src: list[list[int]], opts: SearchOptions, attention: bool = False
+    ) -> list[list[Hypothesis]]:
         kwargs = self._options(opts)
+        kwargs["return_attention"] = attention
         # Sources end with EOS, which CTranslate2 appends itself (add_source_eos).
         tokens = [[self.src_vocab[i] for i in (s[:-1] if s[-1] == self.eos_id else s)] for s in src]
         # CTranslate2 takes one max_decoding_length per call, and the length limit is per
@@ -549,9 +556,12 @@ class CTranslate2Engine:
         return {
             i: [
                 Hypothesis(
-                    tokens=[self.tgt_index[p] for p in pieces], score=float(score), token_scores=[]
+                    tokens=[self.tgt_index[p] for p in pieces],
+                    score=float(score),
+                    token_scores=[],
+                    attention=torch.tensor(result.attention[k]) if result.attention else None,
                 )
-                for pieces, score in zip(result.hypotheses, result.scores)
+                for k, (pieces, score) in enumerate(zip(result.hypotheses, result.scores))
             ]
             for i, result in zip(idx, results)
         }

@@ -48,13 +48,17 @@ __all__ = [
 
 
 class Translation(NamedTuple):
-    """One hypothesis as text: ``(text, score, token_scores)``."""
+    """One hypothesis as text: ``(text, score, token_scores, tokens, alignment)``."""
 
     text: str
     score: float
     """Length-normalized log-probability (see seq2seq.search)."""
     token_scores: list[float]
     """Log-probability of each generated SentencePiece token, EOS included."""
+    tokens: list[int] = []
+    """The generated target ids, EOS included (``tokenizer.tgt_pieces`` names them)."""
+    alignment: list[tuple[int, int]] | None = None
+    """Word alignment ``(source word, target word)`` pairs (seq2seq.alignments), when asked."""
 
 
 TruncationCallback = Callable[[int, int], None]
@@ -186,12 +190,15 @@ class Translator:
         sentences: list[str],
         *,
         on_truncated: TruncationCallback | None = None,
+        alignments: bool = False,
         **overrides: object,
     ) -> list[list[Translation]]:
         """Up to ``nbest`` translations per sentence, best first, in input order.
 
         An empty sentence (no SentencePiece piece) gets ``nbest`` empty translations of score
         0 without running the model, so every input has the same number of entries.
+        ``alignments``: fill each translation's word ``alignment`` from the cross-attention
+        (:mod:`seq2seq.alignments`; the engine must return attention: torch, ctranslate2).
         """
         opts = self.opts.replace(**overrides) if overrides else self.opts
         src = self.encode(sentences, on_truncated=on_truncated)
@@ -201,14 +208,33 @@ class Translator:
         per_call = opts.max_tokens * getattr(self.engine, "batches_per_call", 1)
         for batch in batch_by_tokens([len(src[i]) for i in todo], per_call):
             idx = [todo[j] for j in batch]
-            hyps = self.engine.translate_ids([src[i] for i in idx], opts)
+            extra = {"attention": True} if alignments else {}
+            hyps = self.engine.translate_ids([src[i] for i in idx], opts, **extra)
             # One SentencePiece call for the whole batch (each call starts its threads).
             flat = self._detokenize([h for sent_hyps in hyps for h in sent_hyps])
             start = 0
             for i, sent_hyps in zip(idx, hyps):
                 results[i] = flat[start : start + len(sent_hyps)]
+                if alignments:
+                    results[i] = self._align(sentences[i], src[i], sent_hyps, results[i])
                 start += len(sent_hyps)
+        if alignments:  # empty sentences: nothing to align
+            results = [[t._replace(alignment=t.alignment or []) for t in r] for r in results]
         return results
+
+    def _align(
+        self, sentence: str, src: list[int], hyps: list[Hypothesis], out: list[Translation]
+    ) -> list[Translation]:
+        from seq2seq.alignments import align_pieces
+
+        src_pieces = self.tokenizer.src_pieces(sentence)[: len(src) - 1]  # as encoded, no EOS
+        aligned = []
+        for h, t in zip(hyps, out):
+            if h.attention is None:
+                raise UserError("this engine returns no attention: no alignments")
+            tgt_pieces = self.tokenizer.tgt_pieces([x for x in h.tokens if x != self.eos_id])
+            aligned.append(t._replace(alignment=align_pieces(h.attention, src_pieces, tgt_pieces)))
+        return aligned
 
     def translate(
         self,
@@ -229,7 +255,8 @@ class Translator:
         # pieces can decode to "\n" or "\r"): output lines must stay aligned with the input.
         texts = [t.replace("\r", " ").replace("\n", " ") for t in texts]
         return [
-            Translation(text, float(h.score), list(h.token_scores)) for text, h in zip(texts, hyps)
+            Translation(text, float(h.score), list(h.token_scores), list(h.tokens))
+            for text, h in zip(texts, hyps)
         ]
 
 
@@ -379,6 +406,9 @@ def translate_stream(
     resume: bool = False,
     buffer_lines: int = 1000,
     warn: Callable[[str], None],
+    output_format: str = "text",
+    scores: bool = False,
+    alignments: bool = False,
 ) -> int:
     """Translate every line of ``reader``; one output line per input line (``nbest`` with n-best).
 
@@ -389,17 +419,27 @@ def translate_stream(
 
     N-best output (``nbest`` > 1): ``LINE ||| TEXT ||| SCORE`` lines, ``nbest`` per input line,
     best first, LINE the 1-based input line number, SCORE the normalized log-probability.
+    ``scores``, ``alignments`` and ``output_format="jsonl"`` (one JSON object per input line):
+    see :mod:`seq2seq.outputs`.
 
     Returns:
         The number of input lines read.
     """
+    from seq2seq.outputs import OUTPUT_FORMATS, format_line
+
+    if output_format not in OUTPUT_FORMATS:
+        raise UserError(
+            f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}"
+        )
     nbest = translator.opts.nbest
+    plain = output_format == "text" and not scores and not alignments
+    lines_per_input = nbest if output_format == "text" else 1  # what resuming counts
     partial = None if output is None else output.with_name(output.name + ".partial")
     skip = 0
     if partial is not None:
         partial.parent.mkdir(parents=True, exist_ok=True)
         if resume and partial.is_file():
-            skip = _resume_point(partial, nbest)
+            skip = _resume_point(partial, lines_per_input)
             if skip:
                 warn(f"resuming {partial}: {skip} lines already translated")
         out = open(partial, "ab" if resume else "wb")  # noqa: SIM115 (closed below)
@@ -417,7 +457,23 @@ def translate_stream(
                     f"{translator.max_src_positions} positions; truncated"
                 )
 
-            if nbest > 1:
+            if not plain:
+                results = translator.translate_nbest(
+                    chunk, on_truncated=on_truncated, alignments=alignments
+                )
+                text = "".join(
+                    format_line(
+                        first + i,
+                        entries,
+                        output_format=output_format,
+                        nbest=nbest,
+                        scores=scores,
+                        alignments=alignments,
+                        tokenizer=translator.tokenizer,
+                    )
+                    for i, entries in enumerate(results)
+                )
+            elif nbest > 1:
                 results = translator.translate_nbest(chunk, on_truncated=on_truncated)
                 text = "".join(
                     f"{first + i} ||| {t.text} ||| {t.score:.4f}\n"

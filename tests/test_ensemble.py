@@ -186,3 +186,13 @@ def test_translate_and_evaluate_take_several_model_dirs(trained_dir, second_dir,
     assert rc == 0
     hyp = trained_dir / "eval-ensemble" / "test.src.hyp"
     assert hyp.read_text(encoding="utf-8").splitlines() == want
+
+
+def test_each_member_keeps_its_own_kv_cache(trained_dir, second_dir):
+    # Without caches (every step recomputes each member's prefix) the ensemble finds the same
+    # hypotheses: the members' caches were reordered with the beams, not mixed up.
+    cached = Translator.load([trained_dir, second_dir]).translate_nbest(SENTENCES, nbest=3)
+    uncached = Translator.load([trained_dir, second_dir], engine="torch-nocache")
+    for a, b in zip(cached, uncached.translate_nbest(SENTENCES, nbest=3)):
+        assert [t.tokens for t in a] == [t.tokens for t in b]
+        assert [t.score for t in a] == pytest.approx([t.score for t in b], abs=1e-5)
