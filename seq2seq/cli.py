@@ -361,7 +361,9 @@ def _translate(sub) -> None:
         "an interrupted FILE.partial, skipping the input lines it already holds.",
         "echo 'A man rides a bike.' | seq2seq translate runs/multi30k_small\n"
         "seq2seq translate runs/multi30k_small -i test.en -o test.de --beam 5 --max-tokens 8000\n"
-        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4",
+        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4\n"
+        "printf 'A man rides a bike.\\tFahrrad\\n' | seq2seq translate runs/multi30k_small "
+        "--constraints unordered",
     )
     p.add_argument(
         "model_dir",
@@ -398,6 +400,30 @@ def _translate(sub) -> None:
         choices=["text", "jsonl"],
         help="jsonl: one JSON object per input line (text, score, tokens, alignment, nbest)",
     )
+    g = p.add_argument_group(
+        "constrained decoding (README: Constrained decoding); fields follow the source on "
+        "each line, tab-separated: [PREFIX] [CONSTRAINT ...] [<empty field> AVOID ...]"
+    )
+    g.add_argument(
+        "--constraints",
+        choices=["ordered", "unordered"],
+        help="each line's fields after the source are phrases the output must hold",
+    )
+    g.add_argument(
+        "--prefix",
+        action="store_true",
+        help="the first field after the source is text the output starts with",
+    )
+    g.add_argument(
+        "--avoid",
+        action="store_true",
+        help="fields (after an empty field, with --constraints) are phrases never to output",
+    )
+    g.add_argument(
+        "--terminology",
+        metavar="FILE",
+        help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET",
+    )
     _add_search_args(p)
     p.set_defaults(run=_run_translate)
 
@@ -405,8 +431,15 @@ def _translate(sub) -> None:
 def _run_translate(args) -> int:
     from pathlib import Path
 
-    from seq2seq.translate import Translator, open_lines, translate_stream
+    from seq2seq.constraints import Terminology
+    from seq2seq.translate import LineConstraints, Translator, open_lines, translate_stream
 
+    line_constraints = LineConstraints(
+        constraints=args.constraints,
+        prefix=args.prefix,
+        avoid=args.avoid,
+        terminology=Terminology.load(args.terminology) if args.terminology else None,
+    )
     if args.resume and not args.output:
         raise UserError("--resume needs -o FILE")
     if args.buffer_lines < 1:
@@ -427,6 +460,7 @@ def _run_translate(args) -> int:
         output_format=args.output_format,
         scores=args.scores,
         alignments=args.alignments,
+        line_constraints=line_constraints,
     )
     return 0
 

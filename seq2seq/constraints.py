@@ -88,6 +88,13 @@ class Constraints:
         """The shortest output length (EOS counted) that can hold the prefix and every phrase."""
         return len(self.prefix) + self.include_tokens + 1
 
+    def needed_len(self, *, bans: bool = False) -> int:
+        """The length limit (EOS counted) the search gives this sentence at least:
+        :attr:`min_len` plus a reserve of one token per include phrase where tokens may be
+        banned (avoided phrases, or ``bans``: no_repeat_ngram), to get around a banned one."""
+        reserve = len(self.include) if (bans or self.avoid) else 0
+        return self.min_len + reserve
+
     def check(self, *, special: Sequence[int], no_repeat_ngram: int = 0) -> None:
         """Raise a one-line UserError for constraints no output can meet.
 
@@ -195,14 +202,14 @@ class _Phrases:
         Returns:
             (R, C, P) the new progress (the phrase's length: it was just completed).
         """
-        tok, ok = self.tok[sent], self.ok[sent]  # (R, P, L), (R, P, L, L+1)
+        tok = self.tok[sent]  # (R, P, L)
         L = tok.size(-1)
-        idx = prog.clamp(0, L - 1)[:, :, None, None].expand(-1, -1, 1, L + 1)
-        ok_k = ok.gather(2, idx).squeeze(2)  # (R, P, L+1): which j are reachable from prog
+        p = torch.arange(tok.size(1), device=y.device)
+        ok_k = self.ok[sent[:, None], p[None, :], prog.clamp(0, L - 1)]  # (R, P, L+1)
         match = tok[:, None] == y[:, :, None, None]  # (R, C, P, L): phrase[j-1] == y
-        hit = ok_k[:, None, :, 1:] & match  # (R, C, P, L)
+        hit = ok_k[:, None, :, 1:] & match  # (R, C, P, L): j reachable from prog, and matched
         j = torch.arange(1, L + 1, device=y.device)
-        return (hit * j).amax(-1)  # (R, C, P); 0: nothing matched
+        return torch.where(hit, j, 0).amax(-1)  # (R, C, P); 0: nothing matched
 
 
 @dataclass
@@ -235,6 +242,8 @@ class ConstraintState:
     avoid_prog: Tensor
     prefix_list: list[int] = field(default_factory=list)
     """Prefix length per sentence (Python ints, for the score normalization)."""
+    total_max: int = 0
+    """The most include tokens of a sentence (a Python int: no device sync per step)."""
 
     @classmethod
     def start(
@@ -260,7 +269,7 @@ class ConstraintState:
             prefix_len=torch.tensor([len(c.prefix) for c in constraints], device=device),
             total=include.length.sum(1),
             reserve=torch.tensor(
-                [len(c.include) if (bans or c.avoid) else 0 for c in constraints],
+                [c.needed_len(bans=bans) - c.min_len for c in constraints],
                 dtype=torch.long,
                 device=device,
             ),
@@ -270,6 +279,7 @@ class ConstraintState:
             next_phrase=torch.zeros(B, dtype=torch.long, device=device),
             avoid_prog=torch.zeros((B, avoid.count), dtype=torch.long, device=device),
             prefix_list=[len(c.prefix) for c in constraints],
+            total_max=max((c.include_tokens for c in constraints), default=0),
         )
 
     # ---- what the search asks ---------------------------------------------------------
@@ -402,7 +412,9 @@ class ConstraintState:
         return (done * length).sum(-1) + prog.amax(-1)
 
 
-def allocate(cum: Tensor, bank: Tensor, total: Tensor, n_out: int) -> Tensor:
+def allocate(
+    cum: Tensor, bank: Tensor, total: Tensor, n_out: int, *, total_max: int | None = None
+) -> Tensor:
     """Dynamic beam allocation (Post & Vilar 2018; vectorized as in Hu et al. 2019 / fairseq).
 
     Candidates are grouped in banks by the constraint tokens they have met; the banks take
@@ -414,13 +426,16 @@ def allocate(cum: Tensor, bank: Tensor, total: Tensor, n_out: int) -> Tensor:
         bank: (Ba, C) constraint tokens met by each candidate (0 .. total).
         total: (Ba,) constraint tokens of each sentence.
         n_out: how many to return.
+        total_max: ``total.max()`` if known (saves a device sync).
 
     Returns:
         (Ba, n_out) positions in ``cum``, in allocation order.
     """
     order = cum.argsort(dim=1, descending=True, stable=True)  # (Ba, C) best first
     c, b = cum.gather(1, order), bank.gather(1, order)
-    width = int(total.max()) + 1 if total.numel() else 1
+    if total_max is None:
+        total_max = int(total.max()) if total.numel() else 0
+    width = total_max + 1
     onehot = F.one_hot(b.clamp(0, width - 1), width)  # (Ba, C, W)
     rank = (onehot.cumsum(1) * onehot).sum(-1) - 1  # (Ba, C) rank within its bank
     key = rank * width + (total[:, None] - b)  # round r: the fullest bank first

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from seq2seq.constraints import Constraints
 from seq2seq.decoding import (
     LoadedEngine,
     SearchOptions,
@@ -132,16 +133,27 @@ class EnsembleEngine:
         self.eos_id, self.unk_id = first.eos_id, first.unk_id
 
     def translate_ids(
-        self, src: list[list[int]], opts: SearchOptions, *, attention: bool = False
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None = None,
+        *,
+        attention: bool = False,
     ) -> list[list[Hypothesis]]:
         """See :class:`seq2seq.decoding.Engine`; ``attention``: the members' mean."""
         if not src:
             return []
-        return with_sampled_nbest(lambda rows: self._search(rows, opts, attention), src, opts)
+        return with_sampled_nbest(
+            lambda rows, cons: self._search(rows, opts, cons, attention), src, opts, constraints
+        )
 
     @torch.inference_mode()
     def _search(
-        self, src: list[list[int]], opts: SearchOptions, attention: bool
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None,
+        attention: bool,
     ) -> list[list[Hypothesis]]:
         ensemble = Ensemble([e.start(src, attention=attention) for e in self.engines])
         return run_search(
@@ -156,6 +168,7 @@ class EnsembleEngine:
             eos_id=self.eos_id,
             unk_id=self.unk_id,
             device=self.device,
+            constraints=constraints,
             attention=ensemble.attention,
         )
 

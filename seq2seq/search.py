@@ -523,7 +523,9 @@ def _dba_candidates(
     vals = vals.masked_fill(~fits, _NEG_INF)
     cum = (scores.to(vals.dtype)[:, None] + vals).view(Ba, K * C)
     total = cstate.total_of_rows().view(Ba, K)[:, 0]  # (Ba,)
-    pos = allocate(cum, met.view(Ba, K * C), total, min(2 * K, K * C))  # (Ba, 2K)
+    pos = allocate(
+        cum, met.view(Ba, K * C), total, min(2 * K, K * C), total_max=cstate.total_max
+    )  # (Ba, 2K)
     return (
         cum.gather(1, pos),
         pos // C,
@@ -556,10 +558,8 @@ def _start_constraints(
     if len(constraints) != max_lens.size(0):
         raise ValueError(f"{len(constraints)} constraints for {max_lens.size(0)} sentences")
     cstate = ConstraintState.start(constraints, device, bans=no_repeat_ngram > 0)
-    need = torch.tensor(
-        [c.min_len + r for c, r in zip(constraints, cstate.reserve.tolist())],
-        device=max_lens.device,
-    )
+    bans = no_repeat_ngram > 0
+    need = torch.tensor([c.needed_len(bans=bans) for c in constraints], device=max_lens.device)
     return cstate, torch.maximum(max_lens, need)
 
 
