@@ -135,6 +135,20 @@ class TranslationDataModule(pl.LightningDataModule):
             return text_dir / f"{name}.{self.src_lang}", text_dir / f"{name}.{self.tgt_lang}"
         return text_dir / f"{split}.{self.src_lang}", text_dir / f"{split}.{self.tgt_lang}"
 
+    def input_files(self) -> list[tuple[str, Path]]:
+        """The user's own files this experiment reads (``corpus: files``), as ``(what, path)``
+        for :func:`seq2seq.paths.check_paths`: checked before any work."""
+        d = self.cfg.data
+        found: list[tuple[str, Path]] = []
+        if d.corpus == "files":
+            for split, key in ((d.train_split, "train_prefix"), (d.valid_split, "valid_prefix")):
+                tsv = self._tsv(split)
+                paths = [tsv] if tsv is not None else list(self.split_files(split))
+                found += [(f"data.{key} file", path) for path in paths]
+        if d.spm_model is not None and not Path(d.spm_model).is_dir():
+            found.append(("data.spm_model", Path(d.spm_model)))
+        return found
+
     def _fetch(self, splits: list[str]) -> None:
         d = self.cfg.data
         if d.corpus == "files":
