@@ -78,6 +78,8 @@ def _check_input_file(path: Path, what: str) -> None:
         raise PathError(f"{what} {shown} does not exist")
     if path.is_dir():
         raise PathError(f"{what} {shown} is a directory, not a file")
+    if not os.access(path, os.R_OK):
+        raise PathError(f"{what} {shown} cannot be read: permission denied")
     try:
         with open(path, "rb"):
             pass

@@ -55,7 +55,8 @@ def _wait_for_step(proc: subprocess.Popen, step: int, timeout: float = 300) -> l
         if line.startswith(f"step {step}"):
             return lines
     proc.kill()
-    raise AssertionError("the run never reached step %d:\n%s" % (step, "".join(lines[-30:])))
+    tail = "".join(lines[-30:])
+    raise AssertionError(f"the run never reached step {step}:\n{tail}")
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, list[str]]:
