@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -404,6 +405,7 @@ def _translate(sub) -> None:
 def _run_translate(args) -> int:
     from pathlib import Path
 
+    from seq2seq.partial import fingerprint, guard
     from seq2seq.translate import Translator, open_lines, translate_stream
 
     if args.resume and not args.output:
@@ -423,15 +425,22 @@ def _run_translate(args) -> int:
     translator = Translator.load(
         args.model_dir, device=args.device, engine=args.engine, **_search_overrides(args)
     )
-    translate_stream(
-        translator,
-        reader,
-        stdout=sys.stdout.buffer,
-        output=Path(args.output) if args.output else None,
-        resume=args.resume,
-        buffer_lines=args.buffer_lines,
-        warn=_warn("translate"),
+    record = fingerprint(
+        input_path=args.input,
+        model_dir=args.model_dir,
+        engine=args.engine,
+        options=dataclasses.asdict(translator.opts),
     )
+    with guard(args.output, resume=args.resume, record=record):  # --resume trusts FILE.partial
+        translate_stream(
+            translator,
+            reader,
+            stdout=sys.stdout.buffer,
+            output=Path(args.output) if args.output else None,
+            resume=args.resume,
+            buffer_lines=args.buffer_lines,
+            warn=_warn("translate"),
+        )
     return 0
 
 

@@ -236,9 +236,16 @@ class TranslationDataModule(pl.LightningDataModule):
                 open(src_path, "w", encoding="utf-8") as fs,
                 open(tgt_path, "w", encoding="utf-8") as ft,
             ):
+                kept = 0
                 for _, src, tgt in iter_parallel(train_src, train_tgt, limit=d.max_train_pairs):
                     fs.write(src + "\n")
                     ft.write(tgt + "\n")
+                    kept += bool(src.strip() or tgt.strip())
+            if not kept:
+                raise UserError(
+                    f"no training sentences left in {train_src}, {train_tgt} (after filtering: "
+                    f"their first {d.max_train_pairs} pairs, blank lines dropped)"
+                )
             return ensure_tokenizer(
                 self.work_dir, src_path, tgt_path, spm_model=d.spm_model, **options
             )
