@@ -74,8 +74,8 @@ def _check_input_file(path: Path, what: str) -> None:
     if not path.exists():
         blocker = _blocking_parent(path)
         if blocker is not None:
-            raise PathError(f"{what} {shown} does not exist: {_show(blocker)} is a file")
-        raise PathError(f"{what} {shown} does not exist")
+            raise PathError(f"{what} {shown} not found: {_show(blocker)} is a file")
+        raise PathError(f"{what} {shown} not found")
     if path.is_dir():
         raise PathError(f"{what} {shown} is a directory, not a file")
     if not os.access(path, os.R_OK):
@@ -90,7 +90,7 @@ def _check_input_file(path: Path, what: str) -> None:
 def _check_input_dir(path: Path, what: str) -> None:
     shown = _show(path)
     if not path.exists():
-        raise PathError(f"{what} {shown} does not exist")
+        raise PathError(f"{what} {shown} not found")
     if not path.is_dir():
         raise PathError(f"{what} {shown} is a file, not a directory")
     if not os.access(path, os.R_OK | os.X_OK):

@@ -76,7 +76,7 @@ def test_translate_refuses_to_overwrite_its_input(model_dir, places, capsys):
         (
             "translate",
             lambda m, p: ["translate", m, "-i", str(p["dir"] / "nope")],
-            "does not exist",
+            "not found",
         ),
         ("translate", lambda m, p: ["translate", m, "-o", str(p["under_file"])], "which is a file"),
         (
@@ -169,7 +169,7 @@ def test_translate_refuses_to_overwrite_its_input(model_dir, places, capsys):
             ],
             "which is a file",
         ),
-        ("serve", lambda m, p: ["serve", str(p["dir"] / "nope")], "does not exist"),
+        ("serve", lambda m, p: ["serve", str(p["dir"] / "nope")], "not found"),
     ],
 )
 def test_every_subcommand_checks_its_paths_first(
