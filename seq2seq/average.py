@@ -64,7 +64,13 @@ def read_checkpoint(path: str | Path) -> dict:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # torch colours its message
-        needs = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        # torch words a refused global two ways: one not on its allow-list ("Unsupported
+        # global: GLOBAL builtins.exec was not an allowed global"), one from a module it
+        # blocks outright ("Trying to load unsupported GLOBAL posix.system whose module posix
+        # is blocked")
+        needs = re.search(r"Unsupported global: GLOBAL (\S+)", text) or re.search(
+            r"unsupported GLOBAL (\S+) whose module \S+ is blocked", text, re.IGNORECASE
+        )
         if needs:
             raise CheckpointError(
                 f"{path} holds objects that only unsafe unpickling could load (it needs "
