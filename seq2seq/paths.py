@@ -23,6 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from seq2seq.errors import UserError
+from seq2seq.terminal import printable
 
 __all__ = ["PathError", "check_paths"]
 
@@ -32,8 +33,7 @@ class PathError(UserError):
 
 
 def _show(path: Path) -> str:
-    text = str(path)
-    return text if text.isprintable() else repr(text)
+    return printable(str(path))
 
 
 def _blocking_parent(path: Path) -> Path | None:

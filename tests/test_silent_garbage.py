@@ -71,3 +71,10 @@ def test_evaluating_blank_files_is_an_error(model_dir, tmp_path, capsys):
         f"seq2seq evaluate: error: {ref} holds no text (all 2 lines are blank): nothing to evaluate"
     )
     assert not (model_dir / "eval").exists()
+
+
+def test_printable_escapes_control_characters_and_keeps_letters():
+    from seq2seq.terminal import printable
+
+    assert printable("Zwei Hunde spielen im Schnee. 🙂 é") == "Zwei Hunde spielen im Schnee. 🙂 é"
+    assert printable("a\x1b[2Jb\x07c\rd\te\u202ef\x00") == "a\\x1b[2Jb\\x07c\\rd\\te\\u202ef\\x00"
