@@ -6,9 +6,10 @@ Everything it makes lives in the experiment's ``work_dir``::
     work_dir/data/text/{split}.{lang}     plain-text splits (registered corpora only)
     work_dir/data/train/, data/valid/     binarized token stores (seq2seq.data.TokenStore)
 
-:meth:`~TranslationDataModule.prepare_data` (run once per node by Lightning) fetches the text,
-trains SentencePiece when its file(s) are missing and (re)builds the stores when they are out of
-date; :meth:`~TranslationDataModule.setup` (every process) only opens them.
+:meth:`~TranslationDataModule.prepare_data` (run once per node by Lightning; one process at a
+time per ``work_dir``, under a lock file) fetches the text, trains SentencePiece when its file(s)
+are missing and (re)builds the stores when they are out of date;
+:meth:`~TranslationDataModule.setup` (every process) only opens them.
 
 Epochs: Lightning 2 calls ``set_epoch`` on a dataloader's ``sampler`` but not on a custom
 ``batch_sampler``, so the training :class:`~seq2seq.data.TokenBucketSampler` is given the
@@ -45,9 +46,13 @@ from seq2seq.data import (
     split_tsv,
 )
 from seq2seq.errors import UserError
+from seq2seq.files import exclusive
 from seq2seq.tokenizer import Tokenizer, ensure_tokenizer
 
-__all__ = ["TranslationDataModule"]
+__all__ = ["PREPARE_LOCK", "TranslationDataModule"]
+
+PREPARE_LOCK = ".prepare.lock"
+"""The lock file in ``work_dir`` that lets one process at a time prepare it."""
 
 
 def _stderr(line: str) -> None:
@@ -180,7 +185,20 @@ class TranslationDataModule(pl.LightningDataModule):
     # ---- Lightning hooks ----
 
     def prepare_data(self) -> None:
-        """Fetch train/valid text, train SentencePiece if missing, build (or reuse) the stores."""
+        """Fetch train/valid text, train SentencePiece if missing, build (or reuse) the stores.
+
+        Lightning calls this once per node (``prepare_data_per_node``); several nodes may share
+        ``work_dir``. A lock file in ``work_dir`` (``.prepare.lock``) makes the first one to
+        take it prepare, and the others wait, then find everything up to date (each step
+        checks what is there: the SentencePiece options, the stores' keys) and only verify it.
+        On a ``work_dir`` that is not shared, each node prepares its own.
+        """
+        lock = self.work_dir / PREPARE_LOCK
+        waiting = f"waiting for another process preparing {self.work_dir} ({lock})"
+        with exclusive(lock, waiting=waiting):
+            self._prepare()
+
+    def _prepare(self) -> None:
         d = self.cfg.data
         self._fetch([d.train_split, d.valid_split])
         train_src, train_tgt = self.split_files(d.train_split)

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_dir", "atomic_open", "sha256_file"]
+__all__ = ["atomic_dir", "atomic_open", "exclusive", "sha256_file"]
 
 
 def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
@@ -125,3 +125,35 @@ def atomic_dir(path: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def exclusive(lock_path: str | Path, *, waiting: str | None = None) -> Iterator[bool]:
+    """Hold an exclusive lock on ``lock_path`` (``fcntl.flock``; the file is created) while
+    inside: other processes, on this machine or on another node of a shared file system
+    (NFS and Lustre honour it), wait at the same ``exclusive`` until it is released.
+
+    Args:
+        waiting: printed once on stderr when the lock is held by someone else.
+
+    Yields:
+        Whether this process had to wait (someone else held it first).
+    """
+    import fcntl
+    import sys
+
+    lock_path = Path(lock_path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as f:
+        waited = False
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            waited = True
+            if waiting:
+                print(waiting, file=sys.stderr, flush=True)
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield waited
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
