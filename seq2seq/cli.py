@@ -7,11 +7,15 @@ User mistakes (:class:`seq2seq.errors.UserError`) print one line on stderr and e
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
+import signal
 import sys
 import textwrap
 
 from seq2seq.errors import UserError
+from seq2seq.paths import check_paths
 
 __all__ = ["main"]
 
@@ -83,6 +87,10 @@ def _run_prepare(args) -> int:
         return 0
     if not args.corpus or not args.out:
         raise UserError(f"give a corpus ({', '.join(list_corpora())}) and --out DIR, or --list")
+    check_paths(
+        input_dirs=[("--mirror", args.mirror)],
+        output_dirs=[("--out", args.out), ("--cache-dir", args.cache_dir)],
+    )
     prepare_corpus(
         args.corpus,
         args.pair,
@@ -107,8 +115,8 @@ def _train(sub) -> None:
         "checkpoints, logs, and the exported model.safetensors + manifest at the end).\n"
         "--resume DIR continues a run exactly where its last checkpoint left it; overrides\n"
         "may then change the training section (e.g. training.max_steps), not the model or data.",
-        "seq2seq train --config configs/multi30k_small.yaml --out runs/m30k\n"
-        "seq2seq train --config configs/multi30k_small.yaml --out runs/m30k "
+        "seq2seq train --config configs/multi30k_quick.yaml --out runs/m30k\n"
+        "seq2seq train --config configs/multi30k_quick.yaml --out runs/m30k "
         "training.max_steps=2000 model.dropout=0.3\n"
         "seq2seq train --resume runs/m30k training.max_steps=20000\n"
         "seq2seq train --init-from runs/m30k --out runs/m30k_ft training.lr=1e-4 "
@@ -140,6 +148,14 @@ def _run_train(args) -> int:
     out = args.resume or args.out
     if not out:
         raise UserError("give --out DIR for a new run, or --resume DIR")
+    check_paths(
+        input_files=[("--config", args.config)],
+        input_dirs=[("--mirror", args.mirror)],
+        output_dirs=[
+            ("--resume" if args.resume else "--out", out),
+            ("--cache-dir", args.cache_dir),
+        ],
+    )
     cfg = resolve_config(
         out,
         resume=bool(args.resume),
@@ -167,13 +183,20 @@ def _average(sub) -> None:
     p.add_argument("model_dir", metavar="DIR", help="a `seq2seq train` run directory")
     p.add_argument("-n", type=int, default=5, help="checkpoints to average (default: 5)")
     p.add_argument("--out", required=True, help="a .safetensors file or a model directory")
+    p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.set_defaults(run=_run_average)
 
 
 def _run_average(args) -> int:
     from seq2seq.average import average_model_dir
 
-    out = average_model_dir(args.model_dir, n=args.n, out=args.out)
+    weights_only = args.out.endswith(".safetensors")
+    check_paths(
+        input_dirs=[("run directory", args.model_dir)],
+        output_files=[("--out", args.out if weights_only else None)],
+        replaced_dirs=[("--out", None if weights_only else args.out)],
+    )
+    out = average_model_dir(args.model_dir, n=args.n, out=args.out, force=args.force)
     print(f"wrote {out}")
     return 0
 
@@ -242,6 +265,7 @@ def _run_plot_mask(args) -> int:
     shape = dict(
         window=args.window, block_size=args.block, prev_blocks=args.prev_blocks, pad=args.pad
     )
+    check_paths(output_files=[("-o", args.output)])
     mask = mask_for_kind(args.kind, args.length, **shape)
     title = mask_title(args.kind, args.length, **shape)
     path = plot_mask(mask, title=title, path=args.output, size=parse_size(args.size), dpi=args.dpi)
@@ -255,6 +279,10 @@ def _run_plot_attention(args) -> int:
 
     size = parse_size(args.size) if args.size else None
     check_png_output(args.output, args.dpi)
+    _check_device(args)
+    check_paths(
+        input_dirs=[("model directory", args.model_dir)], output_files=[("-o", args.output)]
+    )
     loaded = load_model_dir(args.model_dir, device=args.device)
     maps = attention_maps(loaded, args.text, layer=args.layer, head=args.head, target=args.target)
     path = plot_attention(maps, args.output, size=size, dpi=args.dpi)
@@ -311,6 +339,12 @@ def _set_threads(args: argparse.Namespace) -> None:
         import torch
 
         torch.set_num_threads(args.threads)
+
+
+def _check_device(args: argparse.Namespace) -> None:
+    from seq2seq.devices import check_device
+
+    check_device(args.device)
 
 
 def _search_overrides(args: argparse.Namespace) -> dict:
@@ -432,37 +466,71 @@ def _run_translate(args) -> int:
     from pathlib import Path
 
     from seq2seq.constraints import Terminology
+    from seq2seq.partial import fingerprint, guard
     from seq2seq.translate import LineConstraints, Translator, open_lines, translate_stream
 
+    if args.resume and not args.output:
+        raise UserError("--resume needs -o FILE")
+    if args.buffer_lines < 1:
+        raise UserError(f"--buffer-lines must be >= 1, got {args.buffer_lines}")
+    _set_threads(args)
+    _check_device(args)
+    check_paths(
+        input_files=[("-i", args.input), ("--terminology", args.terminology)],
+        input_dirs=[("model directory", args.model_dir)],
+        output_files=[("-o", args.output), ("-o", args.output and args.output + ".partial")],
+    )
     line_constraints = LineConstraints(
         constraints=args.constraints,
         prefix=args.prefix,
         avoid=args.avoid,
         terminology=Terminology.load(args.terminology) if args.terminology else None,
     )
-    if args.resume and not args.output:
-        raise UserError("--resume needs -o FILE")
-    if args.buffer_lines < 1:
-        raise UserError(f"--buffer-lines must be >= 1, got {args.buffer_lines}")
-    _set_threads(args)
     reader = open_lines(args.input)
+    if args.output:
+        args.on_stop = f"{args.output}.partial holds the lines so far: rerun with --resume"
     translator = Translator.load(
         args.model_dir, device=args.device, engine=args.engine, **_search_overrides(args)
     )
-    translate_stream(
-        translator,
-        reader,
-        stdout=sys.stdout.buffer,
-        output=Path(args.output) if args.output else None,
-        resume=args.resume,
-        buffer_lines=args.buffer_lines,
-        warn=_warn("translate"),
-        output_format=args.output_format,
-        scores=args.scores,
-        alignments=args.alignments,
-        line_constraints=line_constraints,
+    record = fingerprint(
+        input_path=args.input,
+        model_dir=args.model_dir,
+        engine=args.engine,
+        options={
+            **dataclasses.asdict(translator.opts),
+            "output_format": args.output_format,
+            "scores": args.scores,
+            "alignments": args.alignments,
+            "constraints": args.constraints,
+            "prefix": args.prefix,
+            "avoid": args.avoid,
+            "terminology": _file_id(args.terminology),
+        },
     )
+    with guard(args.output, resume=args.resume, record=record):  # --resume trusts FILE.partial
+        translate_stream(
+            translator,
+            reader,
+            stdout=sys.stdout.buffer,
+            output=Path(args.output) if args.output else None,
+            resume=args.resume,
+            buffer_lines=args.buffer_lines,
+            warn=_warn("translate"),
+            output_format=args.output_format,
+            scores=args.scores,
+            alignments=args.alignments,
+            line_constraints=line_constraints,
+        )
     return 0
+
+
+def _file_id(path: str | None) -> str | None:
+    """A file's sha256 (for --resume's record), or None."""
+    if path is None:
+        return None
+    from seq2seq.files import sha256_file
+
+    return sha256_file(path)
 
 
 _SUBCOMMANDS.append(_translate)
@@ -533,6 +601,8 @@ def _run_serve(args) -> int:
         ) from None
 
     _set_threads(args)
+    _check_device(args)
+    check_paths(input_dirs=[("model directory", args.model_dir)])
     given = dict(
         max_chars=args.max_chars,
         max_sentence_chars=args.max_sentence_chars,
@@ -620,6 +690,12 @@ def _run_evaluate(args) -> int:
     from seq2seq.metrics import format_scores
 
     _set_threads(args)
+    _check_device(args)
+    check_paths(
+        input_files=[("--src", args.src), ("--ref", args.ref)],
+        input_dirs=[("--mirror", args.mirror)],
+        output_dirs=[("--out-dir", args.out_dir), ("--cache-dir", args.cache_dir)],
+    )
     result = evaluate(
         args.model_dir,
         src=args.src,
@@ -743,6 +819,9 @@ def _run_export(args) -> int:
     from seq2seq.config import ExportConfig, load_config
     from seq2seq.export import describe, export_model
 
+    check_paths(
+        input_dirs=[("model directory", args.model_dir)], replaced_dirs=[("--out", args.out)]
+    )
     defaults = ExportConfig()
     config = os.path.join(args.model_dir, "config.yaml")
     if os.path.isfile(config):
@@ -766,6 +845,12 @@ _SUBCOMMANDS.append(_export)
 # === end of subcommands ===
 
 
+def _version() -> str:
+    from seq2seq import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="seq2seq",
@@ -773,6 +858,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run `seq2seq COMMAND --help` for a command's options and an example.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--version", action="version", version=f"seq2seq {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in _SUBCOMMANDS:
@@ -785,16 +871,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("SEQ2SEQ_DEBUG") == "1"
+    from seq2seq.signals import Stopped, raise_on_sigterm
+
     try:
-        return int(args.run(args) or 0)
+        # serve has its own SIGTERM handling (finish the requests in flight, exit 0)
+        with raise_on_sigterm() if args.command != "serve" else contextlib.nullcontext():
+            return int(args.run(args) or 0)
     except UserError as e:
         if debug:
             raise
         print(f"seq2seq {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"seq2seq {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Stopped) as e:  # 130 (SIGINT), 143 (SIGTERM): see signals.py
+        stop = e if isinstance(e, Stopped) else Stopped(signal.SIGINT)
+        hint = getattr(args, "on_stop", None)
+        print(f"seq2seq {args.command}: {stop}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        return stop.exit_status
     except BrokenPipeError:
         # The reader went away (`seq2seq translate ... | head`): not an error of ours.
         sys.stderr.close()

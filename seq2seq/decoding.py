@@ -55,8 +55,7 @@ class SearchOptions(DecodingConfig):
             raise UserError(
                 f"unknown decoding method {self.method!r}; expected one of {', '.join(METHODS)}"
             )
-        if self.nbest < 1:
-            raise UserError(f"nbest must be >= 1, got {self.nbest}")
+        self.validate(prefix="")  # the ranges DecodingConfig checks (no negative length limit)
         if self.method == "greedy" and self.nbest > 1:
             raise UserError(f"nbest {self.nbest} needs beam search or sampling, not greedy")
         if self.method == "beam" and not 1 <= self.nbest <= self.beam_size:

@@ -49,6 +49,11 @@ def read_test_pair(src_path: Path, ref_path: Path) -> tuple[list[str], list[str]
         )
     if not src:
         raise UserError(f"{src_path} is empty: nothing to evaluate")
+    for path, lines in ((src_path, src), (ref_path, ref)):
+        if not any(line.strip() for line in lines):
+            raise UserError(
+                f"{path} holds no text (all {len(lines)} lines are blank): nothing to evaluate"
+            )
     return src, ref
 
 
