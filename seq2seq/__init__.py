@@ -18,6 +18,7 @@ import importlib
 
 __all__ = [
     "ExperimentConfig",
+    "Scorer",
     "Seq2SeqTransformer",
     "Terminology",
     "Translator",
@@ -37,6 +38,7 @@ _HOMES = {
     "load_model_dir": "seq2seq.modeldir",
     "Translator": "seq2seq.translate",
     "Terminology": "seq2seq.constraints",
+    "Scorer": "seq2seq.scoring",
 }
 
 

@@ -13,6 +13,7 @@ before its EOS, where ``src_len`` counts the source ids including their EOS, and
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,6 +29,7 @@ __all__ = [
     "Engine",
     "LoadedEngine",
     "SearchOptions",
+    "StepDecoder",
     "max_target_lens",
     "reorder_state",
     "run_search",
@@ -53,8 +55,7 @@ class SearchOptions(DecodingConfig):
             raise UserError(
                 f"unknown decoding method {self.method!r}; expected one of {', '.join(METHODS)}"
             )
-        if self.nbest < 1:
-            raise UserError(f"nbest must be >= 1, got {self.nbest}")
+        self.validate(prefix="")  # the ranges DecodingConfig checks (no negative length limit)
         if self.method == "greedy" and self.nbest > 1:
             raise UserError(f"nbest {self.nbest} needs beam search or sampling, not greedy")
         if self.method == "beam" and not 1 <= self.nbest <= self.beam_size:
@@ -92,6 +93,12 @@ class Engine(Protocol):
     :meth:`Translator.translate_nbest` then hands it batches of up to that many times
     ``max_tokens`` source tokens, for an engine that splits batches over workers itself
     (:class:`seq2seq.engines.CTranslate2Engine` on CPU).
+
+    An engine that can return cross-attention (for word alignments, seq2seq.alignments) takes
+    a keyword ``attention: bool``; the Translator passes it only when alignments are asked
+    for, and then expects each hypothesis' ``attention`` rows. Engines that run seq2seq.search
+    also expose ``start(src, *, attention) -> StepDecoder``, which is what an ensemble
+    (seq2seq.ensemble) combines.
     """
 
     def translate_ids(
@@ -114,6 +121,26 @@ class Engine(Protocol):
             Per sentence, up to ``opts.nbest`` hypotheses, best first; tokens end with EOS.
         """
         ...
+
+
+@dataclass
+class StepDecoder:
+    """A model as seq2seq.search sees it, ready for one batch of sources.
+
+    Attributes:
+        step: ``step(prefix, state) -> (log_probs, state)`` (see seq2seq.search).
+        reorder: ``reorder(state, index) -> state``.
+        state: the initial state, one row per source sentence.
+        attention: ``attention(state) -> (N, S)`` cross-attention of the last step, when the
+            decoder was started with attention; else None.
+        max_positions: positions the decoder can see.
+    """
+
+    step: Callable
+    reorder: Callable
+    state: object
+    attention: Callable | None
+    max_positions: int
 
 
 def max_target_lens(src_lens: list[int], opts: SearchOptions, max_positions: int) -> list[int]:
@@ -142,12 +169,14 @@ def run_search(
     eos_id: int,
     unk_id: int,
     device: torch.device | None = None,
+    attention: Callable | None = None,
     constraints: list[Constraints] | None = None,
 ) -> list[list[Hypothesis]]:
     """Run the search ``opts`` names over ``step``/``reorder`` from ``state`` (B rows).
 
     ``src`` only gives the source lengths (for the max length). Sampling with ``nbest`` > 1
     must be handled by the caller (replicate the rows), as the torch engine does.
+    ``attention(state) -> (N, S)``: collect each hypothesis' cross-attention rows.
 
     ``constraints`` (per sentence, or None): prefixes and avoided phrases work with every
     method; include phrases need beam search (greedy runs as beam search with beam size 1;
@@ -183,6 +212,7 @@ def run_search(
         unk_id=unk_id,
         unk_penalty=opts.unk_penalty,
         device=device,
+        attention=attention,
         constraints=constraints,
     )
     if opts.method == "beam":

@@ -69,6 +69,7 @@ from seq2seq.constraints import Constraints
 from seq2seq.decoding import (
     LoadedEngine,
     SearchOptions,
+    StepDecoder,
     max_target_lens,
     reorder_state,
     run_search,
@@ -164,38 +165,73 @@ class TorchEngine:
             ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         return ids.to(self.device)
 
+    @property
+    def max_positions(self) -> int:
+        """Positions the decoder can see (the longest source, and target + BOS)."""
+        return self.model.max_positions
+
+    def start(self, src: list[list[int]], *, attention: bool = False) -> StepDecoder:
+        """Encode ``src`` (padded here): the step function, reorder and state for the search.
+
+        With ``attention`` each step also keeps the last decoder layer's cross-attention,
+        averaged over heads (the explicit, slower attention path).
+        """
+        model = self.model
+        step = model.decode_step if self.use_cache else model.decode_step_uncached
+        if attention:
+            step = functools.partial(step, need_weights=True)
+        return StepDecoder(
+            step=step,
+            reorder=_recycling_reorder,
+            state=model.start_state(self._pad(src)),
+            attention=_cross_attention if attention else None,
+            max_positions=model.max_positions,
+        )
+
     def translate_ids(
         self,
         src: list[list[int]],
         opts: SearchOptions,
         constraints: list[Constraints] | None = None,
+        *,
+        attention: bool = False,
     ) -> list[list[Hypothesis]]:
-        """See :class:`Engine`."""
+        """See :class:`Engine`; ``attention``: each hypothesis carries its cross-attention."""
         if not src:
             return []
         return with_sampled_nbest(
-            lambda rows, cons: self._search(rows, opts, cons), src, opts, constraints
+            lambda rows, cons: self._search(rows, opts, cons, attention), src, opts, constraints
         )
 
     @torch.inference_mode()
     def _search(
-        self, src: list[list[int]], opts: SearchOptions, constraints: list[Constraints] | None
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None,
+        attention: bool = False,
     ) -> list[list[Hypothesis]]:
-        model = self.model
+        dec = self.start(src, attention=attention)
         return run_search(
-            model.decode_step if self.use_cache else model.decode_step_uncached,
-            _recycling_reorder,
-            model.start_state(self._pad(src)),
+            dec.step,
+            dec.reorder,
+            dec.state,
             src,
             opts,
-            max_positions=model.max_positions,
+            max_positions=dec.max_positions,
             pad_id=self.pad_id,
             bos_id=self.bos_id,
             eos_id=self.eos_id,
             unk_id=self.unk_id,
             device=self.device,
+            attention=dec.attention,
             constraints=constraints,
         )
+
+
+def _cross_attention(state) -> Tensor:
+    """The (N, S) cross-attention a ``need_weights`` step left in the state."""
+    return state.cross_attention
 
 
 def _quantize_linear_layers(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -247,6 +283,12 @@ class OnnxState:
             self_kv=[a.take(idx, axis=0) for a in self.self_kv],
             position=self.position,
         )
+
+
+_ONNX_NO_ATTENTION = (
+    "the onnx engine has no attention weights (its exported decoder step returns none): "
+    "use --engine torch or ctranslate2 for alignments"
+)
 
 
 class OnnxEngine:
@@ -321,15 +363,35 @@ class OnnxEngine:
         )
         return torch.from_numpy(log_probs), new_state
 
+    def start(self, src: list[list[int]], *, attention: bool = False) -> StepDecoder:
+        """Encode ``src``: the step function, reorder and state for the search.
+
+        Raises:
+            UserError: ``attention`` (the exported decoder step returns no attention).
+        """
+        if attention:
+            raise UserError(_ONNX_NO_ATTENTION)
+        return StepDecoder(
+            step=self.step,
+            reorder=reorder_state,
+            state=self.start_state(src),
+            attention=None,
+            max_positions=self.max_positions,
+        )
+
     def translate_ids(
         self,
         src: list[list[int]],
         opts: SearchOptions,
         constraints: list[Constraints] | None = None,
+        *,
+        attention: bool = False,
     ) -> list[list[Hypothesis]]:
-        """See :class:`seq2seq.decoding.Engine`."""
+        """See :class:`seq2seq.decoding.Engine` (``attention`` is not supported)."""
         if not src:
             return []
+        if attention:
+            raise UserError(_ONNX_NO_ATTENTION)
         return with_sampled_nbest(
             lambda rows, cons: self._search(rows, opts, cons), src, opts, constraints
         )
@@ -337,10 +399,11 @@ class OnnxEngine:
     def _search(
         self, src: list[list[int]], opts: SearchOptions, constraints: list[Constraints] | None
     ) -> list[list[Hypothesis]]:
+        dec = self.start(src)
         return run_search(
-            self.step,
-            reorder_state,
-            self.start_state(src),
+            dec.step,
+            dec.reorder,
+            dec.state,
             src,
             opts,
             max_positions=self.max_positions,
@@ -464,8 +527,13 @@ class CTranslate2Engine:
         src: list[list[int]],
         opts: SearchOptions,
         constraints: list[Constraints] | None = None,
+        *,
+        attention: bool = False,
     ) -> list[list[Hypothesis]]:
         """See :class:`seq2seq.decoding.Engine`.
+
+        ``attention``: CTranslate2's ``return_attention`` (the export's alignment layer and
+        heads: the last layer, all heads averaged, for exports made since alignments exist).
 
         Constraints: a prefix is CTranslate2's ``target_prefix``; avoided phrases are its
         ``suppress_sequences`` (one list per call, so sentences are grouped by their avoid
@@ -484,21 +552,25 @@ class CTranslate2Engine:
 
             ctranslate2.set_random_seed(opts.seed)
         return with_sampled_nbest(
-            lambda rows, cons: self._translate(rows, opts, cons), src, opts, constraints
+            lambda rows, cons: self._translate(rows, opts, cons, attention), src, opts, constraints
         )
 
     def _translate(
-        self, src: list[list[int]], opts: SearchOptions, constraints: list[Constraints] | None
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None,
+        attention: bool = False,
     ) -> list[list[Hypothesis]]:
         if constraints is None or all(not c.avoid for c in constraints):
-            return self._translate_group(src, opts, constraints, ())
+            return self._translate_group(src, opts, constraints, (), attention)
         groups: dict[tuple, list[int]] = defaultdict(list)
         for i, c in enumerate(constraints):
             groups[c.avoid].append(i)
         out: list[list[Hypothesis]] = [[] for _ in src]
         for avoid, idx in groups.items():
             hyps = self._translate_group(
-                [src[i] for i in idx], opts, [constraints[i] for i in idx], avoid
+                [src[i] for i in idx], opts, [constraints[i] for i in idx], avoid, attention
             )
             for i, h in zip(idx, hyps):
                 out[i] = h
@@ -510,8 +582,10 @@ class CTranslate2Engine:
         opts: SearchOptions,
         constraints: list[Constraints] | None,
         avoid: tuple[tuple[int, ...], ...],
+        attention: bool = False,
     ) -> list[list[Hypothesis]]:
         kwargs = self._options(opts)
+        kwargs["return_attention"] = attention
         if avoid:
             kwargs["suppress_sequences"] = kwargs["suppress_sequences"] + [
                 [self.tgt_vocab[t] for t in a] for a in avoid
@@ -579,9 +653,12 @@ class CTranslate2Engine:
         return {
             i: [
                 Hypothesis(
-                    tokens=[self.tgt_index[p] for p in pieces], score=float(score), token_scores=[]
+                    tokens=[self.tgt_index[p] for p in pieces],
+                    score=float(score),
+                    token_scores=[],
+                    attention=torch.tensor(result.attention[k]) if result.attention else None,
                 )
-                for pieces, score in zip(result.hypotheses, result.scores)
+                for k, (pieces, score) in enumerate(zip(result.hypotheses, result.scores))
             ]
             for i, result in zip(idx, results)
         }

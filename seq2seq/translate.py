@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import select
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -51,13 +51,17 @@ __all__ = [
 
 
 class Translation(NamedTuple):
-    """One hypothesis as text: ``(text, score, token_scores)``."""
+    """One hypothesis as text: ``(text, score, token_scores, tokens, alignment)``."""
 
     text: str
     score: float
     """Length-normalized log-probability (see seq2seq.search)."""
     token_scores: list[float]
     """Log-probability of each generated SentencePiece token, EOS included."""
+    tokens: list[int] = []
+    """The generated target ids, EOS included (``tokenizer.tgt_pieces`` names them)."""
+    alignment: list[tuple[int, int]] | None = None
+    """Word alignment ``(source word, target word)`` pairs (seq2seq.alignments), when asked."""
 
 
 TruncationCallback = Callable[[int, int], None]
@@ -132,7 +136,7 @@ class Translator:
     @classmethod
     def load(
         cls,
-        model_dir: str | Path,
+        model_dir: str | Path | Sequence[str | Path],
         *,
         device: str = "cpu",
         engine: str = "torch",
@@ -140,13 +144,24 @@ class Translator:
     ) -> Translator:
         """Load a model directory with the named engine; ``overrides`` change search options.
 
+        Several directories make an ensemble (:func:`seq2seq.ensemble.load_ensemble`): their
+        probabilities are averaged at every step; the decoding defaults are the first's.
+
         Raises:
             UserError: an unknown engine (the message lists the available ones), a bad model
-                directory, invalid options.
+                directory, invalid options, ensemble members with other vocabularies.
         """
         if engine not in ENGINES:
             raise UserError(f"unknown engine {engine!r}; available: {', '.join(sorted(ENGINES))}")
-        loaded = ENGINES[engine](Path(model_dir), device=device)
+        dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
+        if not dirs:
+            raise UserError("give a model directory")
+        if len(dirs) > 1:
+            from seq2seq.ensemble import load_ensemble
+
+            loaded = load_ensemble(dirs, device=device, engine=engine)
+        else:
+            loaded = ENGINES[engine](Path(dirs[0]), device=device)
         opts = SearchOptions.from_config(loaded.cfg.decoding, **overrides)
         return cls(
             loaded.engine,
@@ -182,6 +197,7 @@ class Translator:
         sentences: list[str],
         *,
         on_truncated: TruncationCallback | None = None,
+        alignments: bool = False,
         constraints: list[list[str]] | None = None,
         ordered: bool = False,
         prefix: list[str | None] | None = None,
@@ -194,6 +210,8 @@ class Translator:
 
         An empty sentence (no SentencePiece piece) gets ``nbest`` empty translations of score
         0 without running the model, so every input has the same number of entries.
+        ``alignments``: fill each translation's word ``alignment`` from the cross-attention
+        (:mod:`seq2seq.alignments`; the engine must return attention: torch, ctranslate2).
 
         Constrained decoding (README, "Constrained decoding"), each a list with one entry per
         sentence (None: nothing for any sentence):
@@ -231,12 +249,11 @@ class Translator:
         per_call = opts.max_tokens * getattr(self.engine, "batches_per_call", 1)
         for batch in batch_by_tokens([len(src[i]) for i in todo], per_call):
             idx = [todo[j] for j in batch]
-            if cons is None:
-                hyps = self.engine.translate_ids([src[i] for i in idx], opts)
-            else:
-                hyps = self.engine.translate_ids(
-                    [src[i] for i in idx], opts, constraints=[cons[i] for i in idx]
-                )
+            extra = {"attention": True} if alignments else {}
+            if cons is not None:
+                extra["constraints"] = [cons[i] for i in idx]
+            hyps = self.engine.translate_ids([src[i] for i in idx], opts, **extra)
+            if cons is not None:
                 for i, sent_hyps in zip(idx, hyps):
                     if not sent_hyps:
                         raise UserError(
@@ -248,8 +265,26 @@ class Translator:
             start = 0
             for i, sent_hyps in zip(idx, hyps):
                 results[i] = flat[start : start + len(sent_hyps)]
+                if alignments:
+                    results[i] = self._align(sentences[i], src[i], sent_hyps, results[i])
                 start += len(sent_hyps)
+        if alignments:  # empty sentences: nothing to align
+            results = [[t._replace(alignment=t.alignment or []) for t in r] for r in results]
         return results
+
+    def _align(
+        self, sentence: str, src: list[int], hyps: list[Hypothesis], out: list[Translation]
+    ) -> list[Translation]:
+        from seq2seq.alignments import align_pieces
+
+        src_pieces = self.tokenizer.src_pieces(sentence)[: len(src) - 1]  # as encoded, no EOS
+        aligned = []
+        for h, t in zip(hyps, out):
+            if h.attention is None:
+                raise UserError("this engine returns no attention: no alignments")
+            tgt_pieces = self.tokenizer.tgt_pieces([x for x in h.tokens if x != self.eos_id])
+            aligned.append(t._replace(alignment=align_pieces(h.attention, src_pieces, tgt_pieces)))
+        return aligned
 
     def constraints_for(
         self,
@@ -334,7 +369,8 @@ class Translator:
         # pieces can decode to "\n" or "\r"): output lines must stay aligned with the input.
         texts = [t.replace("\r", " ").replace("\n", " ") for t in texts]
         return [
-            Translation(text, float(h.score), list(h.token_scores)) for text, h in zip(texts, hyps)
+            Translation(text, float(h.score), list(h.token_scores), list(h.tokens))
+            for text, h in zip(texts, hyps)
         ]
 
 
@@ -551,6 +587,9 @@ def translate_stream(
     resume: bool = False,
     buffer_lines: int = 1000,
     warn: Callable[[str], None],
+    output_format: str = "text",
+    scores: bool = False,
+    alignments: bool = False,
     line_constraints: LineConstraints | None = None,
 ) -> int:
     """Translate every line of ``reader``; one output line per input line (``nbest`` with n-best).
@@ -562,19 +601,29 @@ def translate_stream(
 
     N-best output (``nbest`` > 1): ``LINE ||| TEXT ||| SCORE`` lines, ``nbest`` per input line,
     best first, LINE the 1-based input line number, SCORE the normalized log-probability.
+    ``scores``, ``alignments`` and ``output_format="jsonl"`` (one JSON object per input line):
+    see :mod:`seq2seq.outputs`.
 
     ``line_constraints``: read constraints from the lines (:class:`LineConstraints`).
 
     Returns:
         The number of input lines read.
     """
+    from seq2seq.outputs import OUTPUT_FORMATS, format_line
+
+    if output_format not in OUTPUT_FORMATS:
+        raise UserError(
+            f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}"
+        )
     nbest = translator.opts.nbest
+    plain = output_format == "text" and not scores and not alignments
+    lines_per_input = nbest if output_format == "text" else 1  # what resuming counts
     partial = None if output is None else output.with_name(output.name + ".partial")
     skip = 0
     if partial is not None:
         partial.parent.mkdir(parents=True, exist_ok=True)
         if resume and partial.is_file():
-            skip = _resume_point(partial, nbest)
+            skip = _resume_point(partial, lines_per_input)
             if skip:
                 warn(f"resuming {partial}: {skip} lines already translated")
         out = open(partial, "ab" if resume else "wb")  # noqa: SIM115 (closed below)
@@ -599,7 +648,23 @@ def translate_stream(
             if line_constraints is not None and line_constraints.active:
                 chunk, kwargs = line_constraints.parse(chunk, where)
                 kwargs["where"] = where
-            if nbest > 1:
+            if not plain:
+                results = translator.translate_nbest(
+                    chunk, on_truncated=on_truncated, alignments=alignments, **kwargs
+                )
+                text = "".join(
+                    format_line(
+                        first + i,
+                        entries,
+                        output_format=output_format,
+                        nbest=nbest,
+                        scores=scores,
+                        alignments=alignments,
+                        tokenizer=translator.tokenizer,
+                    )
+                    for i, entries in enumerate(results)
+                )
+            elif nbest > 1:
                 results = translator.translate_nbest(chunk, on_truncated=on_truncated, **kwargs)
                 text = "".join(
                     f"{first + i} ||| {t.text} ||| {t.score:.4f}\n"
