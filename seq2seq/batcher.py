@@ -16,8 +16,9 @@ two:
   keeps accepting and parsing requests while the engine works, and the engine is never
   called from two threads at once; requests that arrive meanwhile form the next batch.
 
-Only sentences with the same :class:`~seq2seq.decoding.SearchOptions` share a batch (a request
-asking for beam 10 is not mixed with the default beam 5). With ``batching=False`` every batch
+Only sentences with equal options share a batch (a request asking for beam 10 is not mixed with
+the default beam 5; seq2seq.serve's options are the :class:`~seq2seq.decoding.SearchOptions`
+and whether word alignments are wanted). With ``batching=False`` every batch
 holds one request's sentences only: the one-request-at-a-time server that benchmarks compare
 against.
 

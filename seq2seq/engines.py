@@ -298,7 +298,12 @@ class OnnxEngine:
         export_dir: a folder written by ``seq2seq export --format onnx``.
         threads: onnxruntime intra-op threads (None: ``torch.get_num_threads()``).
         providers: onnxruntime execution providers (default: CPU).
+
+    ``no_attention``: why it cannot give word alignments (read by seq2seq.serve to refuse an
+    ``alignments`` request up front; an engine without the attribute gives attention).
     """
+
+    no_attention = _ONNX_NO_ATTENTION
 
     def __init__(
         self,

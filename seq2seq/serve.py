@@ -15,7 +15,7 @@ Endpoints:
   server holds one). Errors are ``{"error": message}`` with a 4xx/5xx status, as there.
 - ``GET /languages``: LibreTranslate's list: each language ``{"code", "name", "targets"}``.
 - ``POST /v1/translate``: the native API, with the search options of ``seq2seq translate``
-  (:class:`TranslateRequest`), n-best lists and scores, and per-text ``prefix`` /
+  (:class:`TranslateRequest`), n-best lists, scores and word alignments, and per-text ``prefix`` /
   ``constraints`` / ``avoid`` (constrained decoding; such a text is one sentence; constrained
   sentences of concurrent requests share batches too).
 - ``POST /v1/attention``: cross-attention weights of each sentence's translation (torch
@@ -58,6 +58,7 @@ from fastapi.responses import HTMLResponse, JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException
 
+from seq2seq.alignments import format_alignment
 from seq2seq.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.errors import UserError
 from seq2seq.paragraphs import Segments, join_text, split_text
@@ -177,8 +178,11 @@ class TranslateRequest(BaseModel):
 
     Search options left out (or null) keep the server's defaults (the model's ``decoding``
     section and the ``seq2seq serve`` options). Later fields join this model without changing
-    the existing ones: a boolean ``alignments`` next to ``scores``; ``models`` (ids from
-    ``GET /v1/models``) for an ensemble.
+    the existing ones: ``models`` (ids from ``GET /v1/models``) for an ensemble.
+
+    ``alignments``: per sentence, each hypothesis' Moses ``i-j`` word pairs (the rule and format
+    of ``seq2seq translate --alignments``, :mod:`seq2seq.alignments`); the engine must give
+    cross-attention (torch, ctranslate2; onnx is a 400).
 
     Constrained decoding (README, "Constrained decoding"): ``prefix`` (a text), ``constraints``
     and ``avoid`` (lists of phrases) for a single ``text``; for a list of texts, lists aligned
@@ -196,6 +200,9 @@ class TranslateRequest(BaseModel):
     )
     scores: bool = Field(
         False, description="per sentence: each hypothesis' score and token log-probs"
+    )
+    alignments: bool = Field(
+        False, description="per sentence: each hypothesis' Moses i-j word alignment"
     )
     method: Literal["beam", "greedy", "sample"] | None = None
     beam_size: int | None = Field(None, ge=1)
@@ -478,6 +485,15 @@ def _text_of(sentence: str | _Constrained) -> str:
     return sentence.text if isinstance(sentence, _Constrained) else sentence
 
 
+@dataclass(frozen=True)
+class _Options:
+    """What the batcher keys batches on: the search options and whether to align (sentences
+    share an engine call only when both are equal)."""
+
+    search: SearchOptions
+    alignments: bool = False
+
+
 class _Service:
     """The translator, its batcher and the request logic behind the endpoints."""
 
@@ -497,7 +513,7 @@ class _Service:
 
     # ---- worker side (runs on the batcher's thread) ---------------------------------------
 
-    def _translate_batch(self, sentences: list[str], opts: SearchOptions) -> list:
+    def _translate_batch(self, sentences: list[str], key: _Options) -> list:
         def on_truncated(_line: int, n_tokens: int) -> None:
             log.warning(
                 "a sentence of %d source tokens exceeds the model's %d positions; truncated",
@@ -505,6 +521,7 @@ class _Service:
                 self.translator.max_src_positions,
             )
 
+        opts = key.search
         fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
         # Plain sentences in one call, constrained ones by constraint order (one call each).
         groups: dict[bool | None, list[int]] = {}
@@ -522,7 +539,11 @@ class _Service:
                     ordered=ordered,
                 )
             results = self.translator.translate_nbest(
-                [_text_of(x) for x in items], on_truncated=on_truncated, **kwargs, **fields
+                [_text_of(x) for x in items],
+                on_truncated=on_truncated,
+                alignments=key.alignments,
+                **kwargs,
+                **fields,
             )
             for i, r in zip(idx, results):
                 out[i] = r
@@ -664,15 +685,25 @@ class _Service:
                     )
         return out
 
+    def check_alignments(self) -> None:
+        """RequestError (400, the engine's own message) when the engine gives no attention."""
+        reason = getattr(self.translator.engine, "no_attention", None)
+        if reason:
+            raise RequestError(400, reason)
+
     async def translate(
         self,
         texts: list[_Text],
         opts: SearchOptions,
         constrained: dict[int, _Constrained] | None = None,
+        *,
+        alignments: bool = False,
     ) -> list[list]:
         """Per sentence of the request, its n-best list of Translations.
 
         ``constrained``: text index -> its one constrained sentence (see :meth:`constrained`).
+        ``alignments``: fill each Translation's ``alignment`` (such sentences are batched
+        only with others that want alignments).
         """
         sentences: list = []
         for k, t in enumerate(texts):
@@ -681,7 +712,7 @@ class _Service:
             else:
                 sentences.extend(t.segments.sentences)
         try:
-            return await self.batcher.translate(sentences, opts)
+            return await self.batcher.translate(sentences, _Options(opts, alignments))
         except EngineFailure as e:
             if isinstance(e.original, UserError):  # options this engine cannot honour
                 raise RequestError(400, str(e.original)) from None
@@ -881,6 +912,8 @@ def create_app(translator, *, info: ModelInfo, config: ServeConfig | None = None
         texts = req.text if batch else [req.text]
         if batch and not texts:
             raise RequestError(400, "empty text: text is an empty list")
+        if req.alignments:
+            service.check_alignments()
         constrained = service.constrained(req, texts, opts)
         split = service.split(
             texts,
@@ -889,8 +922,8 @@ def create_app(translator, *, info: ModelInfo, config: ServeConfig | None = None
             field="text",
             whole=set(constrained),
         )
-        results = await service.translate(split, opts, constrained)
-        detail = req.scores or opts.nbest > 1
+        results = await service.translate(split, opts, constrained, alignments=req.alignments)
+        detail = req.scores or req.alignments or opts.nbest > 1
         out = []
         for text in split:
             entry: dict[str, Any] = {"text": service.joined(text, results)}
@@ -901,7 +934,8 @@ def create_app(translator, *, info: ModelInfo, config: ServeConfig | None = None
                     {
                         "source": sentence,
                         "hypotheses": [
-                            _hypothesis(h, scores=req.scores) for h in results[text.start + j]
+                            _hypothesis(h, scores=req.scores, alignments=req.alignments)
+                            for h in results[text.start + j]
                         ],
                     }
                     for j, sentence in enumerate(text.segments.sentences)
@@ -946,11 +980,13 @@ def create_app(translator, *, info: ModelInfo, config: ServeConfig | None = None
     return app
 
 
-def _hypothesis(t, *, scores: bool) -> dict:
+def _hypothesis(t, *, scores: bool, alignments: bool) -> dict:
     entry: dict[str, Any] = {"text": t.text}
     if scores:
         entry["score"] = _finite(t.score)
         entry["token_scores"] = [_finite(x) for x in t.token_scores]
+    if alignments:  # as seq2seq.outputs writes it for translate --alignments
+        entry["alignment"] = format_alignment(t.alignment or [])
     return entry
 
 

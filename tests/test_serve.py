@@ -17,6 +17,8 @@ import httpx
 import pytest
 from factories import make_model_dir
 
+from seq2seq.alignments import format_alignment
+from seq2seq.errors import UserError
 from seq2seq.paragraphs import split_text
 from seq2seq.serve import ServeConfig, create_app, model_info
 from seq2seq.translate import Translator
@@ -177,6 +179,86 @@ def test_native_translate_with_options_nbest_and_scores(model_dir, reference):
         assert hyp["text"] == t.text
         assert hyp["score"] == pytest.approx(t.score, abs=1e-5)
         assert hyp["token_scores"] == pytest.approx(t.token_scores, abs=1e-5)
+
+
+def _pairs(t) -> str:
+    return format_alignment(t.alignment)
+
+
+def test_native_alignments_are_the_translators(model_dir, reference):
+    text = f"{SENTENCES[0]} {SENTENCES[1]}"
+
+    async def body(client, _):
+        one = await client.post("/v1/translate", json={"text": text, "alignments": True})
+        nbest = await client.post(
+            "/v1/translate",
+            json={"text": [SENTENCES[2]], "alignments": True, "beam_size": 4, "nbest": 3},
+        )
+        cons = await client.post(
+            "/v1/translate",
+            json={"text": SENTENCES[3], "alignments": True, "constraints": ["red"]},
+        )
+        plain = await client.post("/v1/translate", json={"text": text, "nbest": 2})
+        return one.json(), nbest.json(), cons.json(), plain.json()
+
+    one, nbest, cons, plain = serve_and(model_dir, body)
+    want = reference.translate_nbest(SENTENCES[:2], alignments=True)
+    (entry,) = one["translations"]
+    assert entry["text"] == " ".join(w[0].text for w in want)
+    assert [s["source"] for s in entry["sentences"]] == SENTENCES[:2]
+    for sentence, w in zip(entry["sentences"], want, strict=True):
+        (hyp,) = sentence["hypotheses"]
+        assert hyp == {"text": w[0].text, "alignment": _pairs(w[0])}
+        assert hyp["alignment"]  # a real sentence aligns some words
+    want = reference.translate_nbest(SENTENCES[2:3], alignments=True, beam_size=4, nbest=3)[0]
+    (sentence,) = nbest["translations"][0]["sentences"]
+    assert [h["text"] for h in sentence["hypotheses"]] == [t.text for t in want]
+    assert [h["alignment"] for h in sentence["hypotheses"]] == [_pairs(t) for t in want]
+    want = reference.translate_nbest(SENTENCES[3:4], alignments=True, constraints=[["red"]])[0]
+    (sentence,) = cons["translations"][0]["sentences"]
+    assert sentence["hypotheses"] == [{"text": want[0].text, "alignment": _pairs(want[0])}]
+    for sentence in plain["translations"][0]["sentences"]:  # not asked: not there
+        assert all("alignment" not in h for h in sentence["hypotheses"])
+
+
+def test_concurrent_requests_with_and_without_alignments_keep_their_results(model_dir, reference):
+    translator = Translator.load(model_dir)
+    real = translator.translate_nbest
+    calls = []
+
+    def translate_nbest(sentences, **kwargs):
+        calls.append((kwargs.get("alignments", False), list(sentences)))
+        return real(sentences, **kwargs)
+
+    translator.translate_nbest = translate_nbest
+    requests = [(SENTENCES[i % 6 : i % 6 + 1 + i % 2], i % 3 == 0) for i in range(18)]
+
+    async def body(client, _):
+        out = await asyncio.gather(
+            *(
+                client.post("/v1/translate", json={"text": texts, "alignments": align})
+                for texts, align in requests
+            )
+        )
+        return [r.json() for r in out]
+
+    answers = serve_and(model_dir, body, config=ServeConfig(max_wait_ms=50), translator=translator)
+    want = dict(zip(SENTENCES, reference.translate_nbest(SENTENCES, alignments=True)))
+    for (texts, align), answer in zip(requests, answers, strict=True):
+        got = answer["translations"]
+        assert [t["text"] for t in got] == [want[s][0].text for s in texts]
+        if align:
+            for t, s in zip(got, texts, strict=True):
+                (sentence,) = t["sentences"]
+                assert sentence["source"] == s
+                assert sentence["hypotheses"][0]["alignment"] == _pairs(want[s][0])
+        else:
+            assert all("sentences" not in t for t in got)
+    # Each engine call was all-aligned or all-plain, and together they are the requests'.
+    for flag in (True, False):
+        sent = sorted(s for a, batch in calls if a == flag for s in batch)
+        assert sent == sorted(s for texts, a in requests if a == flag for s in texts)
+    assert len(calls) < len(requests)  # requests did share calls
 
 
 def test_paragraphs_are_split_translated_and_rejoined(model_dir, reference):
@@ -374,6 +456,16 @@ BAD_REQUESTS = {
         400,
         "'beam_size': Input should be a valid integer",
     ),
+    "native: alignments not a boolean": (
+        _post("/v1/translate", json.dumps({"text": "a", "alignments": "yes"}).encode()),
+        400,
+        "'alignments': Input should be a valid boolean",
+    ),
+    "native: alignments as a number": (
+        _post("/v1/translate", json.dumps({"text": "a", "alignments": 1}).encode()),
+        400,
+        "'alignments': Input should be a valid boolean",
+    ),
     "native: impossible options": (
         _post("/v1/translate", json.dumps({"text": "a", "beam_size": 2, "nbest": 3}).encode()),
         400,
@@ -510,9 +602,12 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
                     (await client.get("/v1/models")).json(),
                     await client.post("/v1/attention", json={"text": SENTENCES[0]}),
                     await client.post("/v1/translate", json={"text": "a", "unk_penalty": 0.5}),
+                    await client.post(
+                        "/v1/translate", json={"text": SENTENCES[1], "alignments": True}
+                    ),
                 )
 
-    lt, models, attention, unsupported = asyncio.run(main())
+    lt, models, attention, unsupported, aligned = asyncio.run(main())
     # Greedy CTranslate2 float32 output equals the torch engine's, token for token.
     assert lt.json()["translatedText"] == reference.translate(SENTENCES, method="greedy")
     (m,) = models["models"]
@@ -524,6 +619,40 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
     # An option this engine cannot honour is the client's mistake (400), not a server error.
     assert unsupported.status_code == 400
     assert "supports unk_penalty 0 or inf only" in unsupported.json()["error"]
+    # CTranslate2 gives attention: the same pairs as the Translator gives offline.
+    want = translator.translate_nbest(SENTENCES[1:2], alignments=True)[0][0]
+    (sentence,) = aligned.json()["translations"][0]["sentences"]
+    assert sentence["hypotheses"] == [{"text": want.text, "alignment": _pairs(want)}]
+
+
+def test_an_onnx_engine_refuses_alignments_before_queueing(model_dir, tmp_path):
+    from seq2seq.export import export_model
+
+    folder = export_model(model_dir, tmp_path / "onnx", fmt="onnx")
+    translator = Translator.load(folder, engine="onnx", method="greedy")
+    app = create_app(translator, info=model_info(translator, folder, "onnx"))
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+                bad = await client.post(
+                    "/v1/translate", json={"text": SENTENCES[0], "alignments": True}
+                )
+                health = (await client.get("/health")).json()
+                good = await client.post("/v1/translate", json={"text": SENTENCES[0]})
+                return bad, health, good
+
+    bad, health, good = asyncio.run(main())
+    assert bad.status_code == 400
+    message = bad.json()["error"]
+    assert "onnx engine has no attention weights" in message and "\n" not in message
+    with pytest.raises(UserError, match="no attention") as offline:
+        translator.translate_nbest(SENTENCES[:1], alignments=True)
+    assert message == str(offline.value)  # the engine's own message
+    assert health["requests"] == 0  # refused before it reached the queue
+    assert good.status_code == 200
+    assert good.json()["translations"][0]["text"] == translator.translate(SENTENCES[:1])[0]
 
 
 # ---- constrained decoding (seq2seq/constraints.py) --------------------------------------------
