@@ -94,3 +94,21 @@ def test_the_demo_config_states_its_expected_duration():
     assert cfg.training.max_time is None and cfg.training.max_steps == 1200
     assert 8 < cfg.training.expected_step_s * cfg.training.max_steps / 60 < 12  # ~10 min
     check_training_config(cfg)
+
+
+def test_a_time_guard_is_mentioned():
+    from pytorch_lightning.callbacks import Timer
+
+    lines: list[str] = []
+    clock = FakeClock()
+    watch = PaceWatch(expected_step_s=0.5, log=lines.append, clock=clock)
+    trainer = SimpleNamespace(
+        max_steps=1200, global_step=0, is_global_zero=True, callbacks=[Timer("00:01:30:00")]
+    )
+    watch.on_train_start(trainer, None)
+    for _ in range(100):
+        clock.now += 2.0
+        trainer.global_step += 1
+        watch.on_train_batch_end(trainer, None, None, None, 0)
+    assert lines[0].endswith("training.max_time may stop a slower run sooner")
+    assert lines[1].endswith("training.max_time may stop the run before its last update")
