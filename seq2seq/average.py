@@ -64,7 +64,13 @@ def read_checkpoint(path: str | Path) -> dict:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
         text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # torch colours its message
-        needs = re.search(r"Unsupported global: GLOBAL (\S+)", text)
+        # torch words a refused global two ways: one not on its allow-list ("Unsupported
+        # global: GLOBAL builtins.exec was not an allowed global"), one from a module it
+        # blocks outright ("Trying to load unsupported GLOBAL posix.system whose module posix
+        # is blocked")
+        needs = re.search(r"Unsupported global: GLOBAL (\S+)", text) or re.search(
+            r"unsupported GLOBAL (\S+) whose module \S+ is blocked", text, re.IGNORECASE
+        )
         if needs:
             raise CheckpointError(
                 f"{path} holds objects that only unsafe unpickling could load (it needs "
@@ -204,25 +210,41 @@ def model_for_run(run_dir: str | Path, cfg: ExperimentConfig) -> Seq2SeqTransfor
     )
 
 
-def average_model_dir(model_dir: str | Path, *, n: int, out: str | Path) -> Path:
+def average_model_dir(
+    model_dir: str | Path, *, n: int, out: str | Path, force: bool = False
+) -> Path:
     """Average the last ``n`` periodic checkpoints of a run directory into ``out``.
 
     ``out`` ending in ``.safetensors`` gets the weights alone (the same tensors a model
     directory's ``model.safetensors`` holds); any other ``out`` becomes a full model
     directory (config, SentencePiece model(s), weights, manifest) that loads, translates and
-    evaluates like the one ``seq2seq train`` wrote.
+    evaluates like the one ``seq2seq train`` wrote. Either is written atomically: a kill
+    leaves the previous ``out`` (or nothing), never a half-written one. An existing ``out``
+    is replaced only with ``force``.
 
     Raises:
-        CheckpointError: fewer than ``n`` periodic checkpoints, or unreadable ones.
+        CheckpointError: fewer than ``n`` periodic checkpoints, or unreadable ones; an
+            existing ``out`` without ``force``.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     from seq2seq.config import load_config
-    from seq2seq.modeldir import CONFIG_FILE, SPM_FILES, save_model_dir, state_dict_for_saving
+    from seq2seq.files import atomic_dir, atomic_open
+    from seq2seq.modeldir import (
+        CONFIG_FILE,
+        PARENT_FILE,
+        SPM_FILES,
+        save_model_dir,
+        state_dict_for_saving,
+    )
 
     model_dir, out = Path(model_dir), Path(out)
     if n < 1:
         raise CheckpointError(f"-n must be >= 1, got {n}")
+    if out.resolve() == model_dir.resolve():
+        raise CheckpointError(f"--out {out} is the run directory itself; choose another")
+    if out.exists() and not force:
+        raise CheckpointError(f"{out} already exists; pass --force to replace it")
     if not (model_dir / CONFIG_FILE).is_file():
         raise CheckpointError(f"{model_dir / CONFIG_FILE} is missing: not a `seq2seq train` run")
     found = periodic_checkpoints(model_dir / "checkpoints")
@@ -243,16 +265,12 @@ def average_model_dir(model_dir: str | Path, *, n: int, out: str | Path) -> Path
             f"{paths[-1]} does not fit {model_dir / CONFIG_FILE}: {first}"
         ) from None
     if out.suffix == ".safetensors":
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.writing")
-        save_file(state_dict_for_saving(model), str(tmp))
-        tmp.replace(out)
+        with atomic_open(out, "wb") as f:
+            f.write(save(state_dict_for_saving(model)))
         return out
-    if out.resolve() == model_dir.resolve():
-        raise CheckpointError(f"--out {out} is the run directory itself; choose another")
-    out.mkdir(parents=True, exist_ok=True)
-    for name in SPM_FILES:
-        if (model_dir / name).is_file():
-            shutil.copyfile(model_dir / name, out / name)
-    save_model_dir(out, model, cfg)
+    with atomic_dir(out, overwrite=force) as tmp:
+        for name in (*SPM_FILES, PARENT_FILE):  # (a fine-tuned run's parent record too)
+            if (model_dir / name).is_file():
+                shutil.copyfile(model_dir / name, tmp / name)
+        save_model_dir(tmp, model, cfg)
     return out

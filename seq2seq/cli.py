@@ -7,11 +7,15 @@ User mistakes (:class:`seq2seq.errors.UserError`) print one line on stderr and e
 from __future__ import annotations
 
 import argparse
+import contextlib
+import dataclasses
 import os
+import signal
 import sys
 import textwrap
 
 from seq2seq.errors import UserError
+from seq2seq.paths import check_paths
 
 __all__ = ["main"]
 
@@ -83,6 +87,10 @@ def _run_prepare(args) -> int:
         return 0
     if not args.corpus or not args.out:
         raise UserError(f"give a corpus ({', '.join(list_corpora())}) and --out DIR, or --list")
+    check_paths(
+        input_dirs=[("--mirror", args.mirror)],
+        output_dirs=[("--out", args.out), ("--cache-dir", args.cache_dir)],
+    )
     prepare_corpus(
         args.corpus,
         args.pair,
@@ -107,14 +115,22 @@ def _train(sub) -> None:
         "checkpoints, logs, and the exported model.safetensors + manifest at the end).\n"
         "--resume DIR continues a run exactly where its last checkpoint left it; overrides\n"
         "may then change the training section (e.g. training.max_steps), not the model or data.",
-        "seq2seq train --config configs/multi30k_small.yaml --out runs/m30k\n"
-        "seq2seq train --config configs/multi30k_small.yaml --out runs/m30k "
+        "seq2seq train --config configs/multi30k_quick.yaml --out runs/m30k\n"
+        "seq2seq train --config configs/multi30k_quick.yaml --out runs/m30k "
         "training.max_steps=2000 model.dropout=0.3\n"
-        "seq2seq train --resume runs/m30k training.max_steps=20000",
+        "seq2seq train --resume runs/m30k training.max_steps=20000\n"
+        "seq2seq train --init-from runs/m30k --out runs/m30k_ft training.lr=1e-4 "
+        "training.max_steps=300",
     )
     _add_config_args(p)
     p.add_argument("--out", metavar="DIR", help="model directory to create")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last.ckpt")
+    p.add_argument(
+        "--init-from",
+        metavar="MODEL_DIR",
+        help="fine-tune: start from MODEL_DIR's weights, SentencePiece and model shape "
+        "(fresh optimizer and schedule; without --config, MODEL_DIR's config is the base)",
+    )
     p.add_argument(
         "--mirror",
         default=os.environ.get("SEQ2SEQ_MIRROR"),
@@ -132,8 +148,20 @@ def _run_train(args) -> int:
     out = args.resume or args.out
     if not out:
         raise UserError("give --out DIR for a new run, or --resume DIR")
+    check_paths(
+        input_files=[("--config", args.config)],
+        input_dirs=[("--mirror", args.mirror)],
+        output_dirs=[
+            ("--resume" if args.resume else "--out", out),
+            ("--cache-dir", args.cache_dir),
+        ],
+    )
     cfg = resolve_config(
-        out, resume=bool(args.resume), config_path=args.config, overrides=args.overrides
+        out,
+        resume=bool(args.resume),
+        config_path=args.config,
+        overrides=args.overrides,
+        init_from=args.init_from,
     )
     train(cfg, out, resume=bool(args.resume), mirror=args.mirror, cache_dir=args.cache_dir)
     return 0
@@ -155,13 +183,20 @@ def _average(sub) -> None:
     p.add_argument("model_dir", metavar="DIR", help="a `seq2seq train` run directory")
     p.add_argument("-n", type=int, default=5, help="checkpoints to average (default: 5)")
     p.add_argument("--out", required=True, help="a .safetensors file or a model directory")
+    p.add_argument("--force", action="store_true", help="replace an existing --out")
     p.set_defaults(run=_run_average)
 
 
 def _run_average(args) -> int:
     from seq2seq.average import average_model_dir
 
-    out = average_model_dir(args.model_dir, n=args.n, out=args.out)
+    weights_only = args.out.endswith(".safetensors")
+    check_paths(
+        input_dirs=[("run directory", args.model_dir)],
+        output_files=[("--out", args.out if weights_only else None)],
+        replaced_dirs=[("--out", None if weights_only else args.out)],
+    )
+    out = average_model_dir(args.model_dir, n=args.n, out=args.out, force=args.force)
     print(f"wrote {out}")
     return 0
 
@@ -230,6 +265,7 @@ def _run_plot_mask(args) -> int:
     shape = dict(
         window=args.window, block_size=args.block, prev_blocks=args.prev_blocks, pad=args.pad
     )
+    check_paths(output_files=[("-o", args.output)])
     mask = mask_for_kind(args.kind, args.length, **shape)
     title = mask_title(args.kind, args.length, **shape)
     path = plot_mask(mask, title=title, path=args.output, size=parse_size(args.size), dpi=args.dpi)
@@ -243,6 +279,10 @@ def _run_plot_attention(args) -> int:
 
     size = parse_size(args.size) if args.size else None
     check_png_output(args.output, args.dpi)
+    _check_device(args)
+    check_paths(
+        input_dirs=[("model directory", args.model_dir)], output_files=[("-o", args.output)]
+    )
     loaded = load_model_dir(args.model_dir, device=args.device)
     maps = attention_maps(loaded, args.text, layer=args.layer, head=args.head, target=args.target)
     path = plot_attention(maps, args.output, size=size, dpi=args.dpi)
@@ -301,6 +341,12 @@ def _set_threads(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
 
+def _check_device(args: argparse.Namespace) -> None:
+    from seq2seq.devices import check_device
+
+    check_device(args.device)
+
+
 def _search_overrides(args: argparse.Namespace) -> dict:
     method = None
     if args.beam is not None:
@@ -349,9 +395,17 @@ def _translate(sub) -> None:
         "an interrupted FILE.partial, skipping the input lines it already holds.",
         "echo 'A man rides a bike.' | seq2seq translate runs/multi30k_small\n"
         "seq2seq translate runs/multi30k_small -i test.en -o test.de --beam 5 --max-tokens 8000\n"
-        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4",
+        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4\n"
+        "printf 'A man rides a bike.\\tFahrrad\\n' | seq2seq translate runs/multi30k_small "
+        "--constraints unordered",
     )
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
+    p.add_argument(
+        "model_dir",
+        metavar="MODEL_DIR",
+        nargs="+",
+        help="model directory (seq2seq train --out); several: an ensemble (their mean "
+        "probability at each step; same vocabularies)",
+    )
     p.add_argument("-i", "--input", default="-", metavar="FILE", help="input text (- = stdin)")
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
     p.add_argument(
@@ -364,6 +418,46 @@ def _translate(sub) -> None:
         metavar="N",
         help="at most N already-available lines translated together (default: 1000)",
     )
+    out = p.add_argument_group("output (seq2seq/outputs.py)")
+    out.add_argument(
+        "--scores", action="store_true", help="TEXT ||| SCORE (length-normalized log-prob)"
+    )
+    out.add_argument(
+        "--alignments",
+        action="store_true",
+        help="append ||| i-j word alignments (last decoder layer's cross-attention, mean of "
+        "heads; torch or ctranslate2 engine)",
+    )
+    out.add_argument(
+        "--output-format",
+        default="text",
+        choices=["text", "jsonl"],
+        help="jsonl: one JSON object per input line (text, score, tokens, alignment, nbest)",
+    )
+    g = p.add_argument_group(
+        "constrained decoding (README: Constrained decoding); fields follow the source on "
+        "each line, tab-separated: [PREFIX] [CONSTRAINT ...] [<empty field> AVOID ...]"
+    )
+    g.add_argument(
+        "--constraints",
+        choices=["ordered", "unordered"],
+        help="each line's fields after the source are phrases the output must hold",
+    )
+    g.add_argument(
+        "--prefix",
+        action="store_true",
+        help="the first field after the source is text the output starts with",
+    )
+    g.add_argument(
+        "--avoid",
+        action="store_true",
+        help="fields (after an empty field, with --constraints) are phrases never to output",
+    )
+    g.add_argument(
+        "--terminology",
+        metavar="FILE",
+        help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET",
+    )
     _add_search_args(p)
     p.set_defaults(run=_run_translate)
 
@@ -371,27 +465,72 @@ def _translate(sub) -> None:
 def _run_translate(args) -> int:
     from pathlib import Path
 
-    from seq2seq.translate import Translator, open_lines, translate_stream
+    from seq2seq.constraints import Terminology
+    from seq2seq.partial import fingerprint, guard
+    from seq2seq.translate import LineConstraints, Translator, open_lines, translate_stream
 
     if args.resume and not args.output:
         raise UserError("--resume needs -o FILE")
     if args.buffer_lines < 1:
         raise UserError(f"--buffer-lines must be >= 1, got {args.buffer_lines}")
     _set_threads(args)
+    _check_device(args)
+    check_paths(
+        input_files=[("-i", args.input), ("--terminology", args.terminology)],
+        input_dirs=[("model directory", args.model_dir)],
+        output_files=[("-o", args.output), ("-o", args.output and args.output + ".partial")],
+    )
+    line_constraints = LineConstraints(
+        constraints=args.constraints,
+        prefix=args.prefix,
+        avoid=args.avoid,
+        terminology=Terminology.load(args.terminology) if args.terminology else None,
+    )
     reader = open_lines(args.input)
+    if args.output:
+        args.on_stop = f"{args.output}.partial holds the lines so far: rerun with --resume"
     translator = Translator.load(
         args.model_dir, device=args.device, engine=args.engine, **_search_overrides(args)
     )
-    translate_stream(
-        translator,
-        reader,
-        stdout=sys.stdout.buffer,
-        output=Path(args.output) if args.output else None,
-        resume=args.resume,
-        buffer_lines=args.buffer_lines,
-        warn=_warn("translate"),
+    record = fingerprint(
+        input_path=args.input,
+        model_dir=args.model_dir,
+        engine=args.engine,
+        options={
+            **dataclasses.asdict(translator.opts),
+            "output_format": args.output_format,
+            "scores": args.scores,
+            "alignments": args.alignments,
+            "constraints": args.constraints,
+            "prefix": args.prefix,
+            "avoid": args.avoid,
+            "terminology": _file_id(args.terminology),
+        },
     )
+    with guard(args.output, resume=args.resume, record=record):  # --resume trusts FILE.partial
+        translate_stream(
+            translator,
+            reader,
+            stdout=sys.stdout.buffer,
+            output=Path(args.output) if args.output else None,
+            resume=args.resume,
+            buffer_lines=args.buffer_lines,
+            warn=_warn("translate"),
+            output_format=args.output_format,
+            scores=args.scores,
+            alignments=args.alignments,
+            line_constraints=line_constraints,
+        )
     return 0
+
+
+def _file_id(path: str | None) -> str | None:
+    """A file's sha256 (for --resume's record), or None."""
+    if path is None:
+        return None
+    from seq2seq.files import sha256_file
+
+    return sha256_file(path)
 
 
 _SUBCOMMANDS.append(_translate)
@@ -462,6 +601,8 @@ def _run_serve(args) -> int:
         ) from None
 
     _set_threads(args)
+    _check_device(args)
+    check_paths(input_dirs=[("model directory", args.model_dir)])
     given = dict(
         max_chars=args.max_chars,
         max_sentence_chars=args.max_sentence_chars,
@@ -508,7 +649,12 @@ def _evaluate(sub) -> None:
         "seq2seq evaluate runs/m30k --moses-lc\n"
         "seq2seq evaluate runs/multi30k_small --src test.en --ref test.de --beam 5",
     )
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
+    p.add_argument(
+        "model_dir",
+        metavar="MODEL_DIR",
+        nargs="+",
+        help="model directory (seq2seq train --out); several: an ensemble",
+    )
     p.add_argument("--corpus", help="registered corpus (default: the model's data.corpus)")
     p.add_argument("--pair", help="language pair, e.g. en-de (default: the model's data.pair)")
     p.add_argument("--split", help="split, e.g. test_2016_flickr (default: data.test_splits[0])")
@@ -544,6 +690,12 @@ def _run_evaluate(args) -> int:
     from seq2seq.metrics import format_scores
 
     _set_threads(args)
+    _check_device(args)
+    check_paths(
+        input_files=[("--src", args.src), ("--ref", args.ref)],
+        input_dirs=[("--mirror", args.mirror)],
+        output_dirs=[("--out-dir", args.out_dir), ("--cache-dir", args.cache_dir)],
+    )
     result = evaluate(
         args.model_dir,
         src=args.src,
@@ -569,6 +721,63 @@ def _run_evaluate(args) -> int:
 
 
 _SUBCOMMANDS.append(_evaluate)
+
+# ---- score (seq2seq/scoring.py) ----
+
+
+def _score(sub) -> None:
+    p = _add(
+        sub,
+        "score",
+        "Forced decoding: score given translations with a model (or an ensemble).\n\n"
+        "Prints one line per (source, target) pair, `LOG_PROB<TAB>SCORE<TAB>N_TOKENS`:\n"
+        "the summed log-probability of the target's pieces and EOS, that divided by\n"
+        "N_TOKENS ** len_penalty (the beam search's score), and N_TOKENS (pieces + EOS);\n"
+        "--output-format jsonl adds the per-token log-probabilities. The corpus perplexity\n"
+        "goes to stderr. Several MODEL_DIRs score with the ensemble's mean probability.",
+        "seq2seq score runs/m30k --src test.en --tgt test.hyp\n"
+        "seq2seq score runs/m30k runs/m30k_seed2 --src test.en --tgt test.de -o scores.txt",
+    )
+    p.add_argument("model_dir", metavar="MODEL_DIR", nargs="+", help="model directory(ies)")
+    p.add_argument("--src", required=True, metavar="FILE", help="source sentences")
+    p.add_argument("--tgt", required=True, metavar="FILE", help="target sentences, aligned")
+    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    p.add_argument(
+        "--output-format", default="text", choices=["text", "jsonl"], help="default: text"
+    )
+    p.add_argument(
+        "--len-penalty", type=float, help="normalization exponent (default: the model's)"
+    )
+    p.add_argument("--max-tokens", type=int, help="padded tokens per batch")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: torch's)")
+    p.set_defaults(run=_run_score)
+
+
+def _run_score(args) -> int:
+    from seq2seq.files import atomic_open
+    from seq2seq.scoring import Scorer, score_files
+
+    _set_threads(args)
+    scorer = Scorer.load(args.model_dir, device=args.device, max_tokens=args.max_tokens)
+    len_penalty = args.len_penalty
+    if len_penalty is None:
+        len_penalty = scorer.cfg.decoding.len_penalty
+    kwargs = dict(len_penalty=len_penalty, output_format=args.output_format, warn=_warn("score"))
+    if args.output:
+        with atomic_open(args.output, "w", encoding="utf-8", newline="\n") as out:
+            summary = score_files(scorer, args.src, args.tgt, out=out, **kwargs)
+    else:
+        summary = score_files(scorer, args.src, args.tgt, out=sys.stdout, **kwargs)
+    print(
+        f"{summary['pairs']} pairs, {summary['tokens']} target tokens (EOS included), "
+        f"log-prob {summary['log_prob']:.4f}, perplexity {summary['perplexity']:.4f}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+_SUBCOMMANDS.append(_score)
 
 # ---- export (seq2seq/export.py) ----
 
@@ -610,6 +819,9 @@ def _run_export(args) -> int:
     from seq2seq.config import ExportConfig, load_config
     from seq2seq.export import describe, export_model
 
+    check_paths(
+        input_dirs=[("model directory", args.model_dir)], replaced_dirs=[("--out", args.out)]
+    )
     defaults = ExportConfig()
     config = os.path.join(args.model_dir, "config.yaml")
     if os.path.isfile(config):
@@ -633,6 +845,12 @@ _SUBCOMMANDS.append(_export)
 # === end of subcommands ===
 
 
+def _version() -> str:
+    from seq2seq import __version__
+
+    return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="seq2seq",
@@ -640,6 +858,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run `seq2seq COMMAND --help` for a command's options and an example.",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--version", action="version", version=f"seq2seq {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for add in _SUBCOMMANDS:
@@ -652,16 +871,22 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or os.environ.get("SEQ2SEQ_DEBUG") == "1"
+    from seq2seq.signals import Stopped, raise_on_sigterm
+
     try:
-        return int(args.run(args) or 0)
+        # serve has its own SIGTERM handling (finish the requests in flight, exit 0)
+        with raise_on_sigterm() if args.command != "serve" else contextlib.nullcontext():
+            return int(args.run(args) or 0)
     except UserError as e:
         if debug:
             raise
         print(f"seq2seq {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"seq2seq {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Stopped) as e:  # 130 (SIGINT), 143 (SIGTERM): see signals.py
+        stop = e if isinstance(e, Stopped) else Stopped(signal.SIGINT)
+        hint = getattr(args, "on_stop", None)
+        print(f"seq2seq {args.command}: {stop}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        return stop.exit_status
     except BrokenPipeError:
         # The reader went away (`seq2seq translate ... | head`): not an error of ours.
         sys.stderr.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import re
 import types
 import typing
@@ -26,6 +27,7 @@ __all__ = [
     "DecodingConfig",
     "ExperimentConfig",
     "ExportConfig",
+    "InvalidValue",
     "ModelConfig",
     "TrainingConfig",
     "apply_overrides",
@@ -39,6 +41,54 @@ __all__ = [
 
 class ConfigError(UserError):
     """A configuration mistake the user can fix (unknown key, wrong type, missing file)."""
+
+
+class InvalidValue(ConfigError):
+    """A value of the right type that cannot work (``model.n_heads`` not dividing ``d_model``).
+
+    ``key`` is the dotted key; :func:`load_config` adds where the value came from (the file,
+    or the command line for an override).
+    """
+
+    def __init__(self, key: str, text: str) -> None:
+        super().__init__(f"{key} {text}")
+        self.key = key
+        self.text = text
+
+    def at(self, source: str) -> ConfigError:
+        """The same error, saying where the value came from."""
+        return InvalidValue(self.key, f"in {source} {self.text}")
+
+
+def _choice(prefix: str, key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InvalidValue(prefix + key, f"is {value!r}; expected one of {', '.join(allowed)}")
+
+
+def _at_least(prefix: str, obj: Any, minimum: int | float, *keys: str) -> None:
+    for key in keys:
+        value = getattr(obj, key)
+        if not value >= minimum:  # also refuses NaN
+            raise InvalidValue(prefix + key, f"must be >= {minimum}, got {value}")
+
+
+def _positive(prefix: str, obj: Any, *keys: str) -> None:
+    for key in keys:
+        value = getattr(obj, key)
+        if not value > 0:
+            raise InvalidValue(prefix + key, f"must be > 0, got {value}")
+
+
+def _fraction(prefix: str, obj: Any, *keys: str) -> None:
+    """Each key in [0, 1)."""
+    for key in keys:
+        value = getattr(obj, key)
+        if not 0.0 <= value < 1.0:
+            raise InvalidValue(prefix + key, f"must be in [0, 1), got {value}")
+
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+_MAX_TIME_RE = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
 
 
 @dataclass(frozen=True)
@@ -100,6 +150,24 @@ class DataConfig:
     """Length bucket granularity in tokens; sentences in one bucket have similar lengths."""
     num_workers: int = 0
 
+    def validate(self, prefix: str = "data.") -> None:
+        """Refuse values that cannot work, naming the key (:class:`InvalidValue`)."""
+        _choice(prefix, "spm_type", self.spm_type, ("bpe", "unigram"))
+        _choice(prefix, "dedup", self.dedup, ("none", "pairs", "sources"))
+        _at_least(prefix, self, 8, "vocab_size")
+        _at_least(prefix, self, 1, "spm_max_sentences", "max_len", "max_tokens", "bucket_width")
+        _at_least(prefix, self, 0, "num_workers", "max_train_pairs", "max_valid_pairs")
+        _positive(prefix, self, "max_ratio")
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise InvalidValue(
+                prefix + "character_coverage", f"must be in (0, 1], got {self.character_coverage}"
+            )
+        if min(self.tsv_columns) < 0 or self.tsv_columns[0] == self.tsv_columns[1]:
+            raise InvalidValue(
+                prefix + "tsv_columns",
+                f"must be two different 0-based columns, got {list(self.tsv_columns)}",
+            )
+
 
 @dataclass(frozen=True)
 class ModelConfig:
@@ -132,6 +200,23 @@ class ModelConfig:
     """With ``decoder_mask: block``: block length."""
     prev_blocks: int = 1
     """With ``decoder_mask: block``: how many earlier blocks a query may also see."""
+
+    def validate(self, prefix: str = "model.") -> None:
+        """Refuse a shape or option that cannot build a model, naming the key."""
+        _at_least(prefix, self, 1, "d_model", "n_heads", "d_ff")
+        _at_least(prefix, self, 1, "n_encoder_layers", "n_decoder_layers")
+        if self.d_model % self.n_heads:
+            raise InvalidValue(
+                prefix + "n_heads",
+                f"must divide {prefix}d_model ({self.d_model}), got {self.n_heads}",
+            )
+        _fraction(prefix, self, "dropout", "attention_dropout", "activation_dropout")
+        _choice(prefix, "activation", self.activation, ("relu", "gelu"))
+        _choice(prefix, "positions", self.positions, ("sinusoidal", "learned"))
+        _choice(prefix, "decoder_mask", self.decoder_mask, ("causal", "window", "block"))
+        _at_least(prefix, self, 2, "max_positions")
+        _at_least(prefix, self, 1, "window", "block_size")
+        _at_least(prefix, self, 0, "prev_blocks")
 
 
 @dataclass(frozen=True)
@@ -196,6 +281,47 @@ class TrainingConfig:
     """torch intra-op threads (0 = leave torch's default)."""
     compile: bool = False
     """Wrap the model in torch.compile."""
+    init_from: str | None = None
+    """Fine-tune: start from this model directory's weights, SentencePiece model(s) and model
+    shape (``seq2seq train --init-from DIR``; see seq2seq/finetune.py). The optimizer and the
+    schedule start fresh."""
+
+    def validate(self, prefix: str = "training.") -> None:
+        """Refuse values Lightning would reject late (accelerator, devices, max_time), naming
+        the key. The rest of the training section is checked by
+        :func:`seq2seq.system.check_training_config` before a run starts."""
+        _choice(prefix, "accelerator", self.accelerator, ACCELERATORS)
+        devices = self.devices.strip()
+        parts = devices.split(",") if "," in devices else [devices]
+        ok = devices == "auto" or all(p.strip().lstrip("-").isdigit() for p in parts)
+        if ok and devices != "auto":
+            numbers = [int(p) for p in parts]
+            ok = numbers == [-1] or (len(numbers) == 1 and numbers[0] >= 1)
+            ok = ok or (
+                len(numbers) > 1 and min(numbers) >= 0 and len(set(numbers)) == len(numbers)
+            )
+        if not ok:
+            raise InvalidValue(
+                prefix + "devices",
+                f"is {self.devices!r}; expected auto, a count (1, 2, ...), -1 (all) or "
+                "device indices (0,1)",
+            )
+        if self.max_time is not None:
+            m = _MAX_TIME_RE.fullmatch(self.max_time.strip())
+            if not m or not any(int(g) for g in m.groups()):
+                raise InvalidValue(
+                    prefix + "max_time",
+                    f"is {self.max_time!r}; expected a duration DD:HH:MM:SS such as 00:12:00:00",
+                )
+        _at_least(prefix, self, 1, "num_nodes")
+        _positive(prefix, self, "eps")
+        _at_least(prefix, self, 0, "weight_decay", "clip_norm")
+        for i, beta in enumerate(self.betas):
+            if not 0.0 <= beta < 1.0:
+                raise InvalidValue(
+                    prefix + "betas",
+                    f"must be two numbers in [0, 1), got {list(self.betas)} (item {i + 1})",
+                )
 
 
 @dataclass(frozen=True)
@@ -219,6 +345,25 @@ class DecodingConfig:
     max_tokens: int = 4096
     """Source tokens per translation batch."""
 
+    def validate(self, prefix: str = "decoding.") -> None:
+        """Refuse search values that cannot work or would give garbage (a negative length
+        limit turns every translation into an empty line), naming the key."""
+        _choice(prefix, "method", self.method, ("beam", "greedy", "sample"))
+        _at_least(prefix, self, 1, "beam_size", "nbest", "max_tokens")
+        _at_least(prefix, self, 0, "min_len", "max_len_a", "max_len_b", "no_repeat_ngram", "top_k")
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            raise InvalidValue(
+                prefix + "max_len_b",
+                f"and {prefix}max_len_a are both 0: every translation would be empty",
+            )
+        if not math.isfinite(self.len_penalty) or not math.isfinite(self.unk_penalty):
+            key = "len_penalty" if not math.isfinite(self.len_penalty) else "unk_penalty"
+            raise InvalidValue(prefix + key, f"must be a finite number, got {getattr(self, key)}")
+        if not (0.0 < self.temperature and math.isfinite(self.temperature)):
+            raise InvalidValue(prefix + "temperature", f"must be > 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidValue(prefix + "top_p", f"must be in (0, 1], got {self.top_p}")
+
 
 @dataclass(frozen=True)
 class ExportConfig:
@@ -228,6 +373,14 @@ class ExportConfig:
     quantization: str = "none"
     """CTranslate2 quantization: ``none``, ``int8``, ``int8_float32`` or ``float16``."""
     opset: int = 17
+
+    def validate(self, prefix: str = "export.") -> None:
+        """Refuse an unknown format or quantization, naming the key."""
+        _choice(prefix, "format", self.format, ("ctranslate2", "onnx"))
+        _choice(
+            prefix, "quantization", self.quantization, ("none", "int8", "int8_float32", "float16")
+        )
+        _at_least(prefix, self, 7, "opset")
 
 
 @dataclass(frozen=True)
@@ -239,6 +392,11 @@ class ExperimentConfig:
     training: TrainingConfig = field(default_factory=TrainingConfig)
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     export: ExportConfig = field(default_factory=ExportConfig)
+
+    def validate(self) -> None:
+        """Validate every section (:class:`InvalidValue` naming the first bad key)."""
+        for section in (self.data, self.model, self.training, self.decoding, self.export):
+            section.validate()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,12 +516,45 @@ def config_to_dict(cfg: Any) -> dict:
     return out
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.first, self.second = key, first, second
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML keeps the
+    last one silently: a second ``model:`` section would replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # PyYAML reports an unhashable key itself
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
         text = path.read_text(encoding="utf-8")
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+    except _DuplicateKey as e:
+        key = e.key if not isinstance(e.key, str) or e.key.isprintable() else repr(e.key)
+        raise ConfigError(
+            f"{path}:{e.second}: duplicate key {key} (first given at line {e.first}); "
+            "give each key once"
+        ) from None
+    except PermissionError:
+        raise ConfigError(f"config file {path} cannot be read: permission denied") from None
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path} is not valid UTF-8 (byte {e.start})") from None
     except yaml.YAMLError as e:
@@ -404,8 +595,31 @@ def _parse_override(item: str) -> tuple[str, Any]:
     return key, value
 
 
+def _validated(cfg: ExperimentConfig, source: str, overridden: set[str]) -> ExperimentConfig:
+    """``cfg`` once every section is valid; an :class:`InvalidValue` names where its key came
+    from (the command line for an override, else ``source``)."""
+    try:
+        cfg.validate()
+    except InvalidValue as e:
+        raise e.at("the command line" if e.key in overridden else source) from None
+    return cfg
+
+
 def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
-    """Return ``cfg`` with ``key.sub=value`` overrides applied (values parsed as YAML)."""
+    """Return ``cfg`` with ``key.sub=value`` overrides applied (values parsed as YAML), and
+    the result validated (:meth:`ExperimentConfig.validate`).
+
+    Raises:
+        ConfigError: an unknown key, a wrong type, or a value that cannot work.
+    """
+    cfg, keys = _apply(cfg, overrides)
+    return _validated(cfg, "the config", keys)
+
+
+def _apply(cfg: ExperimentConfig, overrides: list[str]) -> tuple[ExperimentConfig, set[str]]:
+    if not overrides:
+        return cfg, set()
+    keys: set[str] = set()
     data = config_to_dict(cfg)
     for item in overrides:
         key, value = _parse_override(item)
@@ -420,9 +634,10 @@ def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentCo
                         f"{key} on the command line is a section; set one of its keys"
                     )
                 node[part] = value
+                keys.add(key)
             else:
                 node = node[part]
-    return config_from_dict(data, "the command line")
+    return config_from_dict(data, "the command line"), keys
 
 
 def _diff(a: dict, b: dict, prefix: str) -> list[str]:
@@ -447,13 +662,21 @@ def model_data_changes(old: ExperimentConfig | dict, new: ExperimentConfig | dic
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Load a YAML config (or the defaults when ``path`` is None) and apply overrides."""
+    """Load a YAML config (or the defaults when ``path`` is None), apply overrides, and
+    validate the result (every section, :meth:`ExperimentConfig.validate`).
+
+    Raises:
+        ConfigError: a missing or unreadable file, invalid YAML, a duplicate key (the file and
+            both lines named), an unknown key, a wrong type, or a value that cannot work (the
+            key named, with the file or the command line it came from).
+    """
     if path is None:
-        cfg = ExperimentConfig()
+        cfg, source = ExperimentConfig(), "the defaults"
     else:
         path = Path(path)
-        cfg = config_from_dict(_read_yaml(path), str(path))
-    return apply_overrides(cfg, overrides or [])
+        cfg, source = config_from_dict(_read_yaml(path), str(path)), str(path)
+    cfg, keys = _apply(cfg, overrides or [])
+    return _validated(cfg, source, keys)
 
 
 def dump_config(cfg: ExperimentConfig, path: str | Path | None = None) -> str:

@@ -1056,7 +1056,19 @@ def prepare_corpus(
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     mirror_dir = Path(mirror) if mirror is not None else default_mirror()
     out = Path(out_dir)
+    created = [p for p in (out, *out.parents) if not p.exists()]
     out.mkdir(parents=True, exist_ok=True)
+    try:
+        return _prepare_into(corpus, variant, pair, wanted, required, out, cache, mirror_dir, log)
+    except BaseException:
+        for folder in created:  # a failed prepare leaves nothing it made (the folders too)
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+        raise
+
+
+def _prepare_into(corpus, variant, pair, wanted, required, out, cache, mirror_dir, log):
+    src, tgt = parse_pair(pair)
     manifest_path = out / ".prepare.json"
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))

@@ -6,9 +6,10 @@ Everything it makes lives in the experiment's ``work_dir``::
     work_dir/data/text/{split}.{lang}     plain-text splits (registered corpora only)
     work_dir/data/train/, data/valid/     binarized token stores (seq2seq.data.TokenStore)
 
-:meth:`~TranslationDataModule.prepare_data` (run once per node by Lightning) fetches the text,
-trains SentencePiece when its file(s) are missing and (re)builds the stores when they are out of
-date; :meth:`~TranslationDataModule.setup` (every process) only opens them.
+:meth:`~TranslationDataModule.prepare_data` (run once per node by Lightning; one process at a
+time per ``work_dir``, under a lock file) fetches the text, trains SentencePiece when its file(s)
+are missing and (re)builds the stores when they are out of date;
+:meth:`~TranslationDataModule.setup` (every process) only opens them.
 
 Epochs: Lightning 2 calls ``set_epoch`` on a dataloader's ``sampler`` but not on a custom
 ``batch_sampler``, so the training :class:`~seq2seq.data.TokenBucketSampler` is given the
@@ -45,9 +46,13 @@ from seq2seq.data import (
     split_tsv,
 )
 from seq2seq.errors import UserError
+from seq2seq.files import exclusive
 from seq2seq.tokenizer import Tokenizer, ensure_tokenizer
 
-__all__ = ["TranslationDataModule"]
+__all__ = ["PREPARE_LOCK", "TranslationDataModule"]
+
+PREPARE_LOCK = ".prepare.lock"
+"""The lock file in ``work_dir`` that lets one process at a time prepare it."""
 
 
 def _stderr(line: str) -> None:
@@ -135,6 +140,20 @@ class TranslationDataModule(pl.LightningDataModule):
             return text_dir / f"{name}.{self.src_lang}", text_dir / f"{name}.{self.tgt_lang}"
         return text_dir / f"{split}.{self.src_lang}", text_dir / f"{split}.{self.tgt_lang}"
 
+    def input_files(self) -> list[tuple[str, Path]]:
+        """The user's own files this experiment reads (``corpus: files``), as ``(what, path)``
+        for :func:`seq2seq.paths.check_paths`: checked before any work."""
+        d = self.cfg.data
+        found: list[tuple[str, Path]] = []
+        if d.corpus == "files":
+            for split, key in ((d.train_split, "train_prefix"), (d.valid_split, "valid_prefix")):
+                tsv = self._tsv(split)
+                paths = [tsv] if tsv is not None else list(self.split_files(split))
+                found += [(f"data.{key} file", path) for path in paths]
+        if d.spm_model is not None and not Path(d.spm_model).is_dir():
+            found.append(("data.spm_model", Path(d.spm_model)))
+        return found
+
     def _fetch(self, splits: list[str]) -> None:
         d = self.cfg.data
         if d.corpus == "files":
@@ -166,7 +185,20 @@ class TranslationDataModule(pl.LightningDataModule):
     # ---- Lightning hooks ----
 
     def prepare_data(self) -> None:
-        """Fetch train/valid text, train SentencePiece if missing, build (or reuse) the stores."""
+        """Fetch train/valid text, train SentencePiece if missing, build (or reuse) the stores.
+
+        Lightning calls this once per node (``prepare_data_per_node``); several nodes may share
+        ``work_dir``. A lock file in ``work_dir`` (``.prepare.lock``) makes the first one to
+        take it prepare, and the others wait, then find everything up to date (each step
+        checks what is there: the SentencePiece options, the stores' keys) and only verify it.
+        On a ``work_dir`` that is not shared, each node prepares its own.
+        """
+        lock = self.work_dir / PREPARE_LOCK
+        waiting = f"waiting for another process preparing {self.work_dir} ({lock})"
+        with exclusive(lock, waiting=waiting):
+            self._prepare()
+
+    def _prepare(self) -> None:
         d = self.cfg.data
         self._fetch([d.train_split, d.valid_split])
         train_src, train_tgt = self.split_files(d.train_split)
@@ -222,9 +254,16 @@ class TranslationDataModule(pl.LightningDataModule):
                 open(src_path, "w", encoding="utf-8") as fs,
                 open(tgt_path, "w", encoding="utf-8") as ft,
             ):
+                kept = 0
                 for _, src, tgt in iter_parallel(train_src, train_tgt, limit=d.max_train_pairs):
                     fs.write(src + "\n")
                     ft.write(tgt + "\n")
+                    kept += bool(src.strip() or tgt.strip())
+            if not kept:
+                raise UserError(
+                    f"no training sentences left in {train_src}, {train_tgt} (after filtering: "
+                    f"their first {d.max_train_pairs} pairs, blank lines dropped)"
+                )
             return ensure_tokenizer(
                 self.work_dir, src_path, tgt_path, spm_model=d.spm_model, **options
             )

@@ -37,6 +37,7 @@ reproduce the PyTorch model's log-probabilities on a probe sentence.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import warnings
@@ -185,9 +186,19 @@ def _write_info(tmp: Path, info: dict) -> None:
         if p.is_file() and p.name != EXPORT_FILE
     }
     info = {"format": EXPORT_FORMAT, "version": EXPORT_VERSION, **info, "files": files}
+    info["sha256"] = _content_sha256(info)
     with atomic_open(tmp / EXPORT_FILE, "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2)
         f.write("\n")
+
+
+def _content_sha256(info: dict) -> str:
+    """sha256 of export.json's content (every key but ``sha256``) in canonical JSON: the file's
+    checksum of itself, so that an edited ``special_ids``, ``max_positions`` or ``files`` list
+    is refused like an edited weight file."""
+    content = {k: v for k, v in info.items() if k != "sha256"}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 def read_export_info(export_dir: str | Path, *, engine: str, verify: bool = True) -> dict:
@@ -215,13 +226,30 @@ def read_export_info(export_dir: str | Path, *, engine: str, verify: bool = True
             f"{path}: export version {info.get('version')!r} is not supported "
             f"(this seq2seq reads version {EXPORT_VERSION})"
         )
+    if "sha256" not in info:
+        raise ExportError(
+            f"{path} has no checksum of its own (written by an older seq2seq?); export the "
+            "model again"
+        )
+    if info["sha256"] != _content_sha256(info):
+        raise ExportError(
+            f"{path} is corrupt or was altered: its content does not match its own sha256"
+        )
+    files = info.get("files")
+    required = {"config.yaml"}
+    if (
+        not isinstance(files, dict)
+        or not required <= set(files)
+        or not any(name.startswith("spm") for name in files)
+    ):
+        raise ExportError(f"{path} does not list the folder's files (config, SentencePiece)")
     if info.get("engine") != engine:
         raise ExportError(
             f"{export_dir} was exported for {info.get('engine')}, not {engine}; "
             f"use --engine {info.get('engine')}"
         )
     if verify:
-        for name, expected in info.get("files", {}).items():
+        for name, expected in files.items():
             file = export_dir / name
             if Path(name).name != name:
                 raise ExportError(f"{path} names a file outside the folder: {name!r}")
@@ -313,7 +341,14 @@ def ctranslate2_spec(model, *, src_pieces: list[str], tgt_pieces: list[str], spe
         len(enc.layers), model.n_heads, pre_norm=pre_norm, activation=activation
     )
     dec_spec = transformer_spec.TransformerDecoderSpec(
-        len(dec.layers), model.n_heads, pre_norm=pre_norm, activation=activation
+        len(dec.layers),
+        model.n_heads,
+        pre_norm=pre_norm,
+        activation=activation,
+        # return_attention: the last layer's cross-attention averaged over all its heads,
+        # the rule of the torch engine's alignments (seq2seq/alignments.py)
+        alignment_layer=-1,
+        alignment_heads=model.n_heads,
     )
     spec = transformer_spec.TransformerSpec(enc_spec, dec_spec)
 

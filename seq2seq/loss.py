@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["LossOutput", "label_smoothed_nll"]
+__all__ = ["LossOutput", "label_smoothed_nll", "target_log_probs"]
 
 
 @dataclass
@@ -47,6 +47,27 @@ def label_smoothed_nll(
         logits, target = logits[keep], target[keep]
     loss, nll = _SmoothedNLL.apply(logits, target, epsilon)
     return LossOutput(loss=loss.sum(), nll=nll.sum(), n_tokens=int(target.numel()))
+
+
+def target_log_probs(logits: Tensor, target: Tensor, *, ignore_index: int) -> Tensor:
+    """Log-probability of each gold token, 0 at ``ignore_index`` (padding).
+
+    The unsmoothed per-token term of the loss (``-nll``), normalized in float32 or wider as
+    the loss and the search's step do (``log_softmax`` over V): forced decoding
+    (seq2seq.scoring) sums these.
+
+    Args:
+        logits: (..., V) unnormalized scores.
+        target: (...) gold ids.
+        ignore_index: the padding id.
+
+    Returns:
+        (...) log-probabilities, in float32 (float64 logits keep float64).
+    """
+    log_probs = logits.log_softmax(dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+    keep = target.ne(ignore_index)
+    gold = log_probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    return gold.masked_fill(~keep, 0.0)
 
 
 class _SmoothedNLL(torch.autograd.Function):

@@ -6,6 +6,7 @@ Layout::
       config.yaml          the resolved experiment config (every key)
       spm.model            SentencePiece model (or spm.src.model + spm.tgt.model)
       model.safetensors    inference weights (averaged or best checkpoint); no pickle
+      parent.json          only for a fine-tuned model: its parent's path and manifest sha256
       manifest.json        format name + version, the sha256 of each file above, and the
                            sha256 of the manifest's own content
       checkpoints/         Lightning training checkpoints (training and resume only)
@@ -32,7 +33,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 
 from seq2seq.config import ConfigError, ExperimentConfig, dump_config, load_config
 from seq2seq.errors import UserError
@@ -57,6 +58,8 @@ CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST_FILE = "manifest.json"
 SPM_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
+PARENT_FILE = "parent.json"
+"""A fine-tuned model's parent (path, manifest sha256; seq2seq/finetune.py), when it has one."""
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 
 
@@ -109,7 +112,7 @@ def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _manifest_files(model_dir: Path) -> list[str]:
     names = [CONFIG_FILE, WEIGHTS_FILE]
-    names += [n for n in SPM_FILES if (model_dir / n).is_file()]
+    names += [n for n in (*SPM_FILES, PARENT_FILE) if (model_dir / n).is_file()]
     return names
 
 
@@ -155,13 +158,12 @@ def save_model_dir(
     with atomic_open(model_dir / CONFIG_FILE, "w", encoding="utf-8") as f:
         f.write(dump_config(cfg))
     tensors = weights if weights is not None else state_dict_for_saving(model)
-    tmp_name = f".{WEIGHTS_FILE}.writing"
-    save_file(
+    data = save(
         {k: v.contiguous() for k, v in tensors.items()},
-        str(model_dir / tmp_name),
         metadata={"format": FORMAT_NAME, "version": str(FORMAT_VERSION)},
     )
-    (model_dir / tmp_name).replace(model_dir / WEIGHTS_FILE)
+    with atomic_open(model_dir / WEIGHTS_FILE, "wb") as f:  # 0644 like every other file
+        f.write(data)
     return write_manifest(model_dir)
 
 
@@ -246,6 +248,18 @@ def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
             raise ModelDirError(f"{weights}: {name} has dtype {dtype}, not a floating type")
 
 
+def _check_finite(weights: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Refuse weights holding NaN or infinity: such a model translates every line to garbage
+    or to nothing, without any other sign (a diverged run, a corrupted average)."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ModelDirError(
+                f"{weights}: {name} holds {bad} NaN or infinite values of {tensor.numel()}; "
+                "the model is broken (a diverged run?)"
+            )
+
+
 def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
     """Verify and load a model directory (no unpickling anywhere).
 
@@ -261,7 +275,8 @@ def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu")
     try:
         cfg = load_config(config_path)
     except ConfigError as e:
-        raise ModelDirError(f"{config_path}: {e}") from None
+        message = str(e) if str(config_path) in str(e) else f"{config_path}: {e}"
+        raise ModelDirError(message) from None
     listed = manifest["files"]
     if SPM_FILES[0] in listed:
         joint = True
@@ -290,6 +305,7 @@ def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu")
         tensors = load_file(str(model_dir / WEIGHTS_FILE))
     except (SafetensorError, OSError, ValueError) as e:
         raise ModelDirError(f"{model_dir / WEIGHTS_FILE} cannot be read: {e}") from None
+    _check_finite(model_dir / WEIGHTS_FILE, tensors)
     model.load_state_dict(tensors, strict=False)
     model.to(device).eval()
     return LoadedModel(path=model_dir, cfg=cfg, model=model, tokenizer=tokenizer)

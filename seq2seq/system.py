@@ -56,6 +56,7 @@ from seq2seq.config import (
 from seq2seq.errors import UserError
 from seq2seq.loss import LossOutput, label_smoothed_nll, projected_label_smoothed_nll
 from seq2seq.model import Seq2SeqTransformer, build_model
+from seq2seq.terminal import printable
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 __all__ = [
@@ -586,11 +587,11 @@ class TranslationModule(pl.LightningModule):
             f"step {self.global_step}: val loss {loss_sum / tokens:.3f}, BLEU {scores['bleu']:.2f}, "
             f"chrF {scores['chrf']:.2f} ({len(order)} sentences)"
         ]
-        for i in order[: self.cfg.training.val_samples]:
+        for i in order[: self.cfg.training.val_samples]:  # escaped: no raw control characters
             if self.valid_src_text is not None:
-                lines.append(f"  SRC {self.valid_src_text[i]}")
-            lines.append(f"  REF {self.valid_ref_text[i]}")
-            lines.append(f"  HYP {hyps[i]}")
+                lines.append(f"  SRC {printable(self.valid_src_text[i])}")
+            lines.append(f"  REF {printable(self.valid_ref_text[i])}")
+            lines.append(f"  HYP {printable(hyps[i])}")
         self.print("\n".join(lines))
 
     def on_validation_end(self) -> None:

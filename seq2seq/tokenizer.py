@@ -83,10 +83,22 @@ def _train_model(
     character_coverage: float,
     max_sentences: int,
 ) -> bytes:
-    def sentences() -> Iterator[str]:
-        for path in files:
-            yield from _sentences(path)
+    # SentencePiece runs this iterator from C++: an exception raised in it comes back as a
+    # RuntimeError with a Python stack frame in its text. So a UserError (bad UTF-8) ends the
+    # iteration and is raised again below, as it was, in one line.
+    failed: list[UserError] = []
+    count = [0]
 
+    def sentences() -> Iterator[str]:
+        try:
+            for path in files:
+                for sentence in _sentences(path):
+                    count[0] += 1
+                    yield sentence
+        except UserError as e:
+            failed.append(e)
+
+    names = ", ".join(str(p) for p in files)
     proto = io.BytesIO()  # SentencePiece writes the serialized model here
     try:
         spm.SentencePieceTrainer.train(
@@ -111,8 +123,17 @@ def _train_model(
             minloglevel=1,
         )
     except RuntimeError as e:
-        names = ", ".join(str(p) for p in files)
-        raise UserError(f"SentencePiece training on {names} failed: {e}") from None
+        if failed:
+            raise failed[0] from None
+        if count[0] == 0:
+            raise UserError(
+                f"no training sentences left in {names} (after filtering: blank lines dropped); "
+                "SentencePiece needs some text"
+            ) from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"SentencePiece training on {names} failed: {first}") from None
+    if failed:
+        raise failed[0]
     if not proto.getvalue():
         raise UserError(f"SentencePiece training on {files[0]} produced no model (empty input?)")
     return proto.getvalue()

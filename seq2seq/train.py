@@ -93,6 +93,7 @@ from seq2seq.errors import UserError
 from seq2seq.files import atomic_open
 from seq2seq.pace import PaceWatch
 from seq2seq.precision import resolve_precision
+from seq2seq.signals import Stopped
 
 __all__ = [
     "AtomicCheckpointIO",
@@ -189,6 +190,11 @@ class Checkpointer(Checkpoint):
             for stale in self.dirpath.glob(".*.tmp"):  # left by a kill while writing
                 with contextlib.suppress(OSError):
                     stale.unlink()
+
+    def save_now(self, trainer: pl.Trainer) -> None:
+        """A periodic checkpoint of the current step, unless there is one (a SIGTERM stop)."""
+        if 0 < trainer.global_step != self.last_saved_step:
+            self._save_periodic(trainer)
 
     def _improved(self, score: float) -> bool:
         if self.best_score is None:
@@ -351,8 +357,12 @@ def resolve_config(
     resume: bool,
     config_path: str | Path | None = None,
     overrides: list[str] | None = None,
+    init_from: str | Path | None = None,
 ) -> ExperimentConfig:
     """The config of a new run (``--config`` + overrides) or of a resumed one.
+
+    A new run with ``init_from`` (or ``training.init_from``) is fine-tuned from that model
+    directory: :func:`seq2seq.finetune.resolve_init_config` gives its config.
 
     Resuming reads ``DIR/config.yaml``; overrides (or a ``--config``) may change the training,
     decoding and export sections, never the model or data sections.
@@ -364,9 +374,19 @@ def resolve_config(
     out_dir = Path(out_dir)
     overrides = list(overrides or [])
     if not resume:
-        if config_path is None:
-            raise UserError("give --config FILE (or --resume DIR to continue a run)")
-        return load_config(config_path, overrides)
+        if config_path is None and init_from is None:
+            raise UserError(
+                "give --config FILE, --init-from MODEL_DIR (fine-tune), or --resume DIR"
+            )
+        cfg = load_config(config_path, overrides) if config_path is not None else None
+        parent = init_from or (cfg.training.init_from if cfg is not None else None)
+        if parent is None:
+            return cfg
+        from seq2seq.finetune import resolve_init_config
+
+        return resolve_init_config(parent, config_path=config_path, overrides=overrides)
+    if init_from is not None:
+        raise UserError("give either --init-from (a new run) or --resume DIR, not both")
     saved_path = out_dir / CONFIG_FILE
     if not saved_path.is_file():
         raise UserError(f"nothing to resume: {saved_path} is missing")
@@ -474,10 +494,14 @@ def train(
             checkpoint, a diverged run (:class:`~seq2seq.system.TrainingDiverged`).
     """
     from seq2seq.datamodule import TranslationDataModule
+    from seq2seq.devices import check_accelerator
+    from seq2seq.paths import check_paths
+    from seq2seq.stopping import SignalStop, stopped
     from seq2seq.system import TranslationModule, check_training_config, monitor_mode
 
     check_training_config(cfg)
     t = cfg.training
+    check_accelerator(t.accelerator, t.devices)
     out_dir = Path(out_dir)
     ckpt_dir = out_dir / CHECKPOINT_DIR
     last = ckpt_dir / LAST
@@ -490,10 +514,11 @@ def train(
             f"{out_dir} already holds a training run ({ckpt_dir}); continue it with "
             f"`seq2seq train --resume {out_dir}` or choose another --out"
         )
+    dm = TranslationDataModule(cfg, out_dir, mirror=mirror, cache_dir=cache_dir)
+    check_paths(input_files=dm.input_files(), output_dirs=[("--out", out_dir)])
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
-        with atomic_open(out_dir / CONFIG_FILE, "w", encoding="utf-8") as f:
-            f.write(dump_config(cfg))
+        _write_config(out_dir, cfg)
     if t.threads > 0:
         torch.set_num_threads(t.threads)
     choice = resolve_precision(
@@ -507,19 +532,26 @@ def train(
         print(f"training.precision auto: {choice.precision} ({choice.reason})", file=sys.stderr)
     pl.seed_everything(t.seed, workers=True, verbose=False)
 
-    dm = TranslationDataModule(cfg, out_dir, mirror=mirror, cache_dir=cache_dir)
-    module = TranslationModule(cfg=cfg)
+    if t.init_from is not None and not resume:  # fine-tuning: the parent's weights
+        from seq2seq.finetune import start_from_parent
+
+        module = start_from_parent(cfg, out_dir, write_record=rank == 0)
+    else:  # (a resumed run's checkpoint holds the weights)
+        module = TranslationModule(cfg=cfg)
     if progress is None:
         progress = sys.stderr.isatty()
     monitor = f"val/{t.val_metric}"
+    checkpointer = Checkpointer(
+        dirpath=ckpt_dir,
+        save_every=t.save_every_steps or t.val_every_steps,
+        keep_last=t.keep_last,
+        monitor=monitor,
+        mode=monitor_mode(t.val_metric),
+    )
+    signal_stop = SignalStop(save=checkpointer.save_now)
     callbacks: list = [
-        Checkpointer(
-            dirpath=ckpt_dir,
-            save_every=t.save_every_steps or t.val_every_steps,
-            keep_last=t.keep_last,
-            monitor=monitor,
-            mode=monitor_mode(t.val_metric),
-        ),
+        checkpointer,
+        signal_stop,
         StepProgressBar() if progress else TextProgress(every=t.log_every_steps),
     ]
     if t.expected_step_s > 0:
@@ -539,10 +571,16 @@ def train(
         warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before")
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
-        trainer = _fit(
-            cfg, out_dir, module, dm, callbacks, progress=progress, resume=resume,
-            precision=choice.precision,
-        )  # fmt: skip
+        try:
+            trainer = _fit(
+                cfg, out_dir, module, dm, callbacks, progress=progress, resume=resume,
+                precision=choice.precision,
+            )  # fmt: skip
+        except (SystemExit, Stopped):  # Lightning's exit after SIGINT (1) or SIGTERM (0!)
+            stop = stopped(signal_stop, last, out_dir)
+            if stop is None:
+                raise
+            raise stop from None
     if trainer.interrupted:
         raise UserError(
             f"training was interrupted; continue with `seq2seq train --resume {out_dir}`"
@@ -550,6 +588,22 @@ def train(
     if trainer.is_global_zero:
         export_weights(out_dir, cfg, log=lambda m: print(m, file=sys.stderr))
     return out_dir
+
+
+def _write_config(out_dir: Path, cfg: ExperimentConfig) -> None:
+    """Write DIR/config.yaml; in a directory that already holds an exported model (a resumed
+    run), rewrite its manifest too, so the model stays loadable while the run goes on (only the
+    training, decoding or export sections can differ: the weights still fit)."""
+    from seq2seq.modeldir import MANIFEST_FILE, write_manifest
+
+    path = out_dir / CONFIG_FILE
+    text = dump_config(cfg)
+    if path.is_file() and path.read_text(encoding="utf-8") == text:
+        return
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    if (out_dir / MANIFEST_FILE).is_file():
+        write_manifest(out_dir)
 
 
 def _fit(

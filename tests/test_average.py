@@ -172,7 +172,42 @@ def test_cli_average_to_safetensors_and_too_few_checkpoints(run_dir, tmp_path, c
     for name, tensor in tensors.items():
         expected = (sum(s[name].double() for s in states) / 3).float()
         torch.testing.assert_close(tensor, expected, rtol=0, atol=1e-7, msg=name)
-    assert main(["average", str(run), "-n", "4", "--out", str(out)]) == 2
+    assert main(["average", str(run), "-n", "4", "--out", str(tmp_path / "avg4.safetensors")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("seq2seq average: error:") and "fewer than the 4" in err
     assert len(err.splitlines()) == 1
+    assert (out.stat().st_mode & 0o777) == 0o644  # readable by others, like every other file
+
+
+def test_average_never_overwrites_without_force_and_writes_atomically(
+    run_dir, tmp_path, capsys, monkeypatch
+):
+    run, _ = run_dir
+    other = tmp_path / "other_run"
+    other.mkdir()
+    (other / "precious.txt").write_text("keep me", encoding="utf-8")
+    assert main(["average", str(run), "-n", "2", "--out", str(other)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"seq2seq average: error: {other} already exists; pass --force to replace it"
+    assert (other / "precious.txt").read_text(encoding="utf-8") == "keep me"
+    # a failure in the middle of writing (a kill, a full disk) leaves the old output whole
+    out = tmp_path / "avg"
+    assert main(["average", str(run), "-n", "2", "--out", str(out)]) == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    import seq2seq.modeldir
+
+    def broken(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(seq2seq.modeldir, "write_manifest", broken)
+    with pytest.raises(OSError):
+        main(["average", str(run), "-n", "3", "--out", str(out), "--force"])
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".avg")]
+    monkeypatch.undo()
+    assert main(["average", str(run), "-n", "3", "--out", str(out), "--force"]) == 0
+    assert load_model_dir(out).cfg == load_model_dir(run).cfg
+    # --out over the run itself, or a folder holding it: refused before any work
+    for bad in (run, run.parent):
+        assert main(["average", str(run), "-n", "2", "--out", str(bad), "--force"]) == 2
+        assert "would destroy the input" in capsys.readouterr().err

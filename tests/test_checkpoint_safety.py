@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import ast
 import builtins
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -100,6 +102,47 @@ def test_a_code_payload_is_refused_and_never_runs(pristine: Path, tmp_path: Path
     with pytest.raises(CheckpointError, match="unsafe unpickling"):
         AtomicCheckpointIO().load_checkpoint(path, weights_only=False)  # what Lightning calls
     assert not marker.exists()
+
+
+class Call:
+    """Unpickling this calls ``func(*args)``."""
+
+    def __init__(self, func, *args) -> None:
+        self.func, self.args = func, args
+
+    def __reduce__(self):
+        return (self.func, self.args)
+
+
+@pytest.mark.parametrize(
+    "func, needs",
+    [
+        (os.system, "posix.system"),  # a module torch blocks: its second wording
+        (subprocess.call, ".call"),
+        (subprocess.Popen, ".Popen"),
+        (builtins.eval, "eval"),
+        (os.remove, "posix.remove"),
+    ],
+)
+def test_payloads_of_every_kind_are_refused_with_the_right_words(tmp_path, func, needs):
+    marker = tmp_path / "pwned"
+    if func in (os.system,):
+        args = (f"touch {marker}",)
+    elif func in (subprocess.call, subprocess.Popen):
+        args = (["touch", str(marker)],)
+    elif func is builtins.eval:
+        args = (f"open({str(marker)!r}, 'w').close()",)
+    else:
+        marker.write_text("")
+        args = (str(marker),)
+    path = save_checkpoint(tmp_path / "evil.ckpt", {"w": torch.zeros(2)}, x=Call(func, *args))
+    before = marker.exists()
+    with pytest.raises(CheckpointError) as e:
+        read_checkpoint(path)
+    message = str(e.value)
+    assert "only unsafe unpickling could load (it needs " in message, message
+    assert needs in message and "truncated" not in message and "\n" not in message
+    assert marker.exists() == before  # never ran
 
 
 def test_a_benign_pickled_object_is_refused_too(tmp_path: Path) -> None:

@@ -137,3 +137,122 @@ def test_scientific_notation_without_dot_is_a_float(tmp_path):
     path = tmp_path / "x.yaml"
     path.write_text("training:\n  lr: 5e-4\n")
     assert load_config(path).training.lr == pytest.approx(5e-4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values that cannot work are refused when the config is loaded, naming the key (issue 19)
+
+TINY = ["model.d_model=32", "model.n_heads=2"]
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        (
+            "model.n_heads=3",
+            "model.n_heads in the command line must divide model.d_model (32), got 3",
+        ),
+        ("model.n_heads=0", "model.n_heads in the command line must be >= 1, got 0"),
+        ("model.d_model=0", "model.d_model in the command line must be >= 1, got 0"),
+        ("model.d_model=-32", "model.d_model in the command line must be >= 1, got -32"),
+        ("model.d_ff=0", "model.d_ff in the command line must be >= 1, got 0"),
+        ("model.dropout=1.5", "model.dropout in the command line must be in [0, 1), got 1.5"),
+        (
+            "model.attention_dropout=-0.1",
+            "model.attention_dropout in the command line must be in [0, 1)",
+        ),
+        ("model.max_positions=0", "model.max_positions in the command line must be >= 2, got 0"),
+        (
+            "model.decoder_mask=diagonal",
+            "model.decoder_mask in the command line is 'diagonal'; expected one of causal, window, block",
+        ),
+        (
+            "model.activation=swish",
+            "model.activation in the command line is 'swish'; expected one of relu, gelu",
+        ),
+        (
+            "model.positions=rotary",
+            "model.positions in the command line is 'rotary'; expected one of sinusoidal, learned",
+        ),
+        (
+            "training.accelerator=tpuu",
+            "training.accelerator in the command line is 'tpuu'; expected one of auto, cpu, gpu, cuda, mps, tpu",
+        ),
+        ("training.devices=abc", "training.devices in the command line is 'abc'; expected auto"),
+        ("training.devices=0", "training.devices in the command line is '0'"),
+        (
+            "training.max_time=soon",
+            "training.max_time in the command line is 'soon'; expected a duration DD:HH:MM:SS",
+        ),
+        ("training.max_time=00:00:00:00", "training.max_time in the command line is '00:00:00:00'"),
+        ("training.num_nodes=0", "training.num_nodes in the command line must be >= 1, got 0"),
+        ("data.vocab_size=3", "data.vocab_size in the command line must be >= 8, got 3"),
+        (
+            "data.spm_type=word",
+            "data.spm_type in the command line is 'word'; expected one of bpe, unigram",
+        ),
+        ("data.max_tokens=0", "data.max_tokens in the command line must be >= 1, got 0"),
+        (
+            "decoding.max_len_b=-100",
+            "decoding.max_len_b in the command line must be >= 0, got -100",
+        ),
+        ("decoding.max_len_a=-5", "decoding.max_len_a in the command line must be >= 0, got -5.0"),
+        ("decoding.top_p=0", "decoding.top_p in the command line must be in (0, 1], got 0.0"),
+        ("decoding.method=viterbi", "decoding.method in the command line is 'viterbi'"),
+        ("export.quantization=int4", "export.quantization in the command line is 'int4'"),
+    ],
+)
+def test_values_that_cannot_work_are_refused_at_load_naming_the_key(override, expected):
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [*TINY, override])
+    assert str(e.value).startswith(expected), str(e.value)
+
+
+def test_a_bad_value_in_a_file_names_the_file_and_an_override_can_fix_it(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("model:\n  d_model: 32\n  n_heads: 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=f"model.n_heads in {path} must divide model.d_model"):
+        load_config(path)
+    assert load_config(path, ["model.n_heads=4"]).model.n_heads == 4  # checked after overrides
+    assert load_config(path, ["model.d_model=48"]).model.d_model == 48
+
+
+def test_valid_devices_and_max_time_pass():
+    for devices in ("auto", "1", "4", "-1", "0,1", "1,3"):
+        load_config(None, [f"training.devices={devices}"])
+    load_config(None, ["training.max_time=00:12:30:00"])
+
+
+def test_a_bad_config_fails_train_before_any_work(tmp_path, capsys):
+    from seq2seq.cli import main
+
+    out = tmp_path / "run"
+    args = ["train", "--config", "configs/multi30k_tiny.yaml", "--out", str(out)]
+    assert main([*args, "model.n_heads=3"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("seq2seq train: error: model.n_heads in the command line must divide")
+    assert len(err.splitlines()) == 1 and not out.exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Duplicate YAML keys
+
+
+def test_a_duplicate_section_is_an_error_naming_the_file_and_both_lines(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text(
+        "model:\n  d_model: 32\n  n_heads: 2\ntraining:\n  lr: 0.001\nmodel:\n  dropout: 0.2\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    assert str(e.value) == (
+        f"{path}:6: duplicate key model (first given at line 1); give each key once"
+    )
+
+
+def test_a_duplicate_key_inside_a_section_is_an_error(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("training:\n  lr: 0.001\n  warmup_steps: 10\n  lr: 0.1\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"x.yaml:4: duplicate key lr \(first given at line 2\)"):
+        load_config(path)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -313,3 +315,57 @@ def test_ctranslate2_engine_rejects_a_finite_unk_penalty(exported):
         engine.translate_ids([[5, 3]], SearchOptions(unk_penalty=2.0))
     hyps = engine.translate_ids([[5, 3]], SearchOptions(unk_penalty=math.inf, method="greedy"))
     assert 1 not in hyps[0][0].tokens
+
+
+@pytest.mark.parametrize(
+    "edit, expected",
+    [
+        (lambda info: info.pop("files"), "does not match its own sha256"),
+        (lambda info: info["special_ids"].update(eos=5), "does not match its own sha256"),
+        (lambda info: info["model"].update(max_positions=8), "does not match its own sha256"),
+        (lambda info: info.pop("sha256"), "has no checksum of its own"),
+    ],
+)
+def test_export_json_checks_itself(exported, tmp_path, edit, expected):
+    for engine, cls in (("ctranslate2", CTranslate2Engine), ("onnx", OnnxEngine)):
+        folder = shutil.copytree(exported["prenorm-shared-sinusoidal"][engine], tmp_path / engine)
+        info = json.loads((folder / "export.json").read_text(encoding="utf-8"))
+        edit(info)
+        (folder / "export.json").write_text(json.dumps(info), encoding="utf-8")
+        with pytest.raises(ExportError, match=expected):
+            cls(folder)
+
+
+def test_export_without_a_files_list_is_refused_even_with_a_fresh_checksum(exported, tmp_path):
+    from seq2seq.export import _content_sha256
+
+    folder = shutil.copytree(exported["prenorm-shared-sinusoidal"]["ctranslate2"], tmp_path / "c")
+    info = json.loads((folder / "export.json").read_text(encoding="utf-8"))
+    del info["files"]
+    info["sha256"] = _content_sha256(info)  # a deliberate rewrite, not an accident
+    (folder / "export.json").write_text(json.dumps(info), encoding="utf-8")
+    with pytest.raises(ExportError, match="does not list the folder's files"):
+        CTranslate2Engine(folder)
+
+
+def test_a_killed_exports_hidden_folder_is_removed_by_the_next_export(tmp_path):
+    import socket
+
+    from seq2seq.files import atomic_dir
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())
+    stale = tmp_path / f".out.tmp-{host}-{int(dead.stdout)}-abc123"
+    stale.mkdir()
+    (stale / "model.bin").write_bytes(b"half")
+    mine = tmp_path / f".out.tmp-{host}-{os.getpid()}-live"  # a live process's: kept
+    mine.mkdir()
+    with atomic_dir(tmp_path / "out") as tmp:
+        (tmp / "x").write_text("done")
+    assert not stale.exists() and mine.exists()
+    assert (tmp_path / "out" / "x").read_text() == "done"

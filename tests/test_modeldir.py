@@ -281,7 +281,7 @@ def test_an_invalid_model_section_is_a_model_dir_error(model_dir: Path) -> None:
         config.read_text(encoding="utf-8").replace("n_heads: 2", "n_heads: 3"), encoding="utf-8"
     )
     write_manifest(model_dir)
-    with pytest.raises(ModelDirError, match="config.yaml: invalid model section"):
+    with pytest.raises(ModelDirError, match=r"model.n_heads in \S+config.yaml must divide"):
         load_model_dir(model_dir)
 
 
