@@ -92,9 +92,12 @@ IMPLS = {
 }
 
 
+EXTRA: list[str] = []  # --dropout: model.dropout for both implementations
+
+
 def overrides(shape: str, impl: str = "ours") -> list[str]:
     precision = "bf16-mixed" if impl == "ours-bf16" else "32"
-    return [*COMMON, *SHAPES[shape], f"training.precision={precision}"]
+    return [*COMMON, *SHAPES[shape], f"training.precision={precision}", *EXTRA]
 
 
 def work_dir(shape: str) -> Path:
@@ -299,6 +302,10 @@ def main() -> None:
     p.add_argument("--impls", default="plain,ours",
                    help=f"comma-separated, the first is the baseline of the ratios: "
                         f"{', '.join(IMPLS)} (default: plain,ours)")  # fmt: skip
+    p.add_argument("--dropout", type=float,
+                   help="model.dropout for both (default: the shape's). nn.Transformer also "
+                        "drops attention weights and feed-forward activations at this rate, "
+                        "seq2seq only the residual branches: --dropout 0 compares equal work")  # fmt: skip
     p.add_argument("--steps", type=int, default=30, help="timed steps per run (after warm-up)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rounds", type=int, default=2)
@@ -308,6 +315,8 @@ def main() -> None:
     p.add_argument("--json", help="also write the table's numbers to this file")
     args = p.parse_args()
     total = args.steps + args.warmup
+    if args.dropout is not None:
+        EXTRA.append(f"model.dropout={args.dropout}")
     impls = [x.strip() for x in args.impls.split(",") if x.strip()]
     unknown = [x for x in impls if x not in IMPLS]
     if unknown or not impls:
@@ -328,6 +337,8 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--impl", impl, "--shape", args.shape,
                    "--steps", str(args.steps), "--warmup", str(args.warmup),
                    "--threads", str(args.threads)]  # fmt: skip
+            if args.dropout is not None:
+                cmd += ["--dropout", str(args.dropout)]
             if args.mirror:
                 cmd += ["--mirror", args.mirror]
             out = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -341,7 +352,7 @@ def main() -> None:
     def ratios(impl: str) -> list[float]:  # within each round, then the median
         return [r["tokens_per_s"] / b["tokens_per_s"] for r, b in zip(results[impl], results[impls[0]])]  # fmt: skip
 
-    print(f"\nTraining throughput, {args.shape} shape ({' '.join(SHAPES[args.shape])}), "
+    print(f"\nTraining throughput, {args.shape} shape ({' '.join(SHAPES[args.shape] + EXTRA)}), "
           f"{args.threads} threads, {args.steps} timed steps x {args.rounds} rounds (median); "
           f"measured fp32 matmul peak {peak / 1e9:.1f} GFLOP/s")  # fmt: skip
     print(f"{'implementation':<34}{'tgt tok/s':>11}{'peak RSS MiB':>14}{'MFU':>8}"

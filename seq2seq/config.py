@@ -247,9 +247,10 @@ class TrainingConfig:
     max_epochs: int = -1
     max_time: str | None = None
     """Wall-clock limit ``DD:HH:MM:SS`` (None = unlimited)."""
-    expected_minutes: float = 0.0
-    """Training time of ``max_steps`` updates on the machine the config was sized on (0 = not
-    given): printed at start; a run much slower than that is warned about once (seq2seq/pace.py)."""
+    expected_step_s: float = 0.0
+    """Seconds per update (validation included) on the machine the config was sized on (0 = not
+    given): the expected training time is printed at start, and a run much slower than that is
+    warned about once (seq2seq/pace.py)."""
     expected_machine: str = ""
     """That machine, in words, printed with the estimate."""
     val_every_steps: int = 1000

@@ -1,11 +1,13 @@
 """The expected duration of a run bounded by updates, and one warning when it runs slow.
 
 A config sized for a machine (``make demo``: 1,200 updates, about 10 minutes on 2 cores) says
-so in ``training.expected_minutes`` (and ``training.expected_machine``). :class:`PaceWatch`
-prints that estimate when training starts and, once enough updates have run to tell, warns a
-single time when the run is on course to take much longer (``slow_factor`` times the
-estimate): another job sharing the cores, fewer threads, a slower CPU. The warning changes
-nothing else: the run is bounded by updates, so it gives the same model, only later.
+so in ``training.expected_step_s``, seconds per update there (and ``training.expected_machine``);
+the estimate is that times the updates to run, so it follows a ``max_steps`` override or a
+resume. :class:`PaceWatch` prints it when training starts and, once enough updates have run
+to tell, warns a single time when the run is on course to take much longer (``slow_factor``
+times the estimate): another job sharing the cores, fewer threads, a slower CPU. The warning
+changes nothing else: a run bounded by updates gives the same model, only later (unless a
+``training.max_time`` guard stops it first, which the messages then say).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import time
 from collections.abc import Callable
 
 import pytorch_lightning as pl
+from pytorch_lightning.callbacks import Timer
 
 __all__ = ["PaceWatch", "format_minutes"]
 
@@ -37,8 +40,8 @@ class PaceWatch(pl.Callback):
     """Print the expected training time at start; warn once when the run is much slower.
 
     Args:
-        expected_minutes: training time (validation included) of ``max_steps`` updates on
-            the machine the config was sized on.
+        expected_step_s: seconds per update (validation included) on the machine the config
+            was sized on.
         machine: that machine, in words (printed with the estimate), or "".
         slow_factor: warn when the projected time exceeds the estimate by this factor.
         min_updates: updates (of this launch) before the pace is judged; at least 5% of the
@@ -50,16 +53,16 @@ class PaceWatch(pl.Callback):
     def __init__(
         self,
         *,
-        expected_minutes: float,
+        expected_step_s: float,
         machine: str = "",
         slow_factor: float = 1.5,
         min_updates: int = 20,
         log: Callable[[str], None] = _stderr,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if expected_minutes <= 0:
-            raise ValueError("expected_minutes must be positive")
-        self.expected_s = expected_minutes * 60.0
+        if expected_step_s <= 0:
+            raise ValueError("expected_step_s must be positive")
+        self._per_update = expected_step_s
         self.machine = machine
         self.slow_factor = slow_factor
         self.min_updates = min_updates
@@ -67,23 +70,28 @@ class PaceWatch(pl.Callback):
         self.clock = clock
         self.warned = False
         self._start: tuple[float, int] | None = None
-        self._per_update = 0.0
+        self._timed = False  # a max_time Timer may end the run first
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         max_steps = trainer.max_steps
         if max_steps is None or max_steps < 1:
             return  # only a run bounded by updates has an expected duration
         step = trainer.global_step
-        self._per_update = self.expected_s / max_steps
         self._start = (self.clock(), step)
         if not trainer.is_global_zero:
             return
         left = max_steps - step
         where = f" on {self.machine}" if self.machine else ""
         what = f"{left:,} updates" + (f" (of {max_steps:,})" if step else "")
+        self._timed = any(isinstance(cb, Timer) for cb in getattr(trainer, "callbacks", ()))
+        same = (
+            "; training.max_time may stop a slower run sooner"
+            if self._timed
+            else "; a slower or busier machine takes longer and trains the same model"
+        )
         self.write(
             f"expected training time: {format_minutes(left * self._per_update)} for {what}"
-            f"{where}; a slower or busier machine takes longer and trains the same model"
+            f"{where}{same}"
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -104,5 +112,10 @@ class PaceWatch(pl.Callback):
             f"({rate:.2f} s per update, not {self._per_update:.2f}): "
             f"{format_minutes(projected)} in all instead of {format_minutes(left * self._per_update)}. "
             "Another job may be sharing the CPU cores (or training.threads is lower than the "
-            "config's); the run still stops after the same updates, with the same model"
+            "config's); "
+            + (
+                "training.max_time may stop the run before its last update"
+                if self._timed
+                else "the run still stops after the same updates, with the same model"
+            )
         )

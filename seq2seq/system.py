@@ -124,10 +124,10 @@ def check_training_config(cfg: ExperimentConfig) -> None:
             )
     if not 0.0 <= t.min_lr <= t.lr:
         raise ConfigError(f"training.min_lr must be in [0, training.lr], got {t.min_lr}")
-    if t.expected_minutes < 0 or not math.isfinite(t.expected_minutes):
-        raise ConfigError(f"training.expected_minutes must be >= 0, got {t.expected_minutes}")
-    if t.expected_minutes > 0 and t.max_steps < 1:
-        raise ConfigError("training.expected_minutes needs training.max_steps (updates) to be set")
+    if t.expected_step_s < 0 or not math.isfinite(t.expected_step_s):
+        raise ConfigError(f"training.expected_step_s must be >= 0, got {t.expected_step_s}")
+    if t.expected_step_s > 0 and t.max_steps < 1:
+        raise ConfigError("training.expected_step_s needs training.max_steps (updates) to be set")
     if t.max_steps < 1 and t.max_epochs < 1 and t.max_time is None:
         raise ConfigError(
             "set a limit: training.max_steps, training.max_epochs or training.max_time"

@@ -554,8 +554,8 @@ def train(
         signal_stop,
         StepProgressBar() if progress else TextProgress(every=t.log_every_steps),
     ]
-    if t.expected_minutes > 0:
-        callbacks.append(PaceWatch(expected_minutes=t.expected_minutes, machine=t.expected_machine))
+    if t.expected_step_s > 0:
+        callbacks.append(PaceWatch(expected_step_s=t.expected_step_s, machine=t.expected_machine))
     if t.patience > 0:
         callbacks.append(
             EarlyStopping(

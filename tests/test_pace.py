@@ -34,7 +34,7 @@ def _run(watch: PaceWatch, clock: FakeClock, *, seconds_per_update: float, steps
 def test_prints_the_expected_duration_and_stays_quiet_at_the_expected_pace():
     lines: list[str] = []
     clock = FakeClock()
-    watch = PaceWatch(expected_minutes=10, machine="2 cores of X", log=lines.append, clock=clock)
+    watch = PaceWatch(expected_step_s=0.5, machine="2 cores of X", log=lines.append, clock=clock)
     _run(watch, clock, seconds_per_update=0.6, steps=1200)  # 0.5 s expected: 1.2x is fine
     assert lines == [
         "expected training time: about 10 min for 1,200 updates on 2 cores of X; a slower or "
@@ -46,7 +46,7 @@ def test_prints_the_expected_duration_and_stays_quiet_at_the_expected_pace():
 def test_warns_once_when_much_slower():
     lines: list[str] = []
     clock = FakeClock()
-    watch = PaceWatch(expected_minutes=10, log=lines.append, clock=clock)
+    watch = PaceWatch(expected_step_s=0.5, log=lines.append, clock=clock)
     _run(watch, clock, seconds_per_update=1.25, steps=1200)  # 2.5x slower
     assert len(lines) == 2 and watch.warned
     warning = lines[1]
@@ -54,7 +54,7 @@ def test_warns_once_when_much_slower():
     assert "1.25 s per update, not 0.50" in warning and "about 25 min" in warning
     # judged only after 5% of the run (60 updates), not on the first few
     clock2, lines2 = FakeClock(), []
-    early = PaceWatch(expected_minutes=10, log=lines2.append, clock=clock2)
+    early = PaceWatch(expected_step_s=0.5, log=lines2.append, clock=clock2)
     _run(early, clock2, seconds_per_update=5.0, steps=59)
     assert len(lines2) == 1 and not early.warned
     early.on_train_batch_end(
@@ -66,7 +66,7 @@ def test_warns_once_when_much_slower():
 def test_a_resumed_run_expects_only_its_remaining_updates():
     lines: list[str] = []
     clock = FakeClock()
-    watch = PaceWatch(expected_minutes=10, log=lines.append, clock=clock)
+    watch = PaceWatch(expected_step_s=0.5, log=lines.append, clock=clock)
     _run(watch, clock, seconds_per_update=0.5, steps=10, start=600)
     assert lines[0].startswith("expected training time: about 5 min for 600 updates (of 1,200)")
 
@@ -77,14 +77,14 @@ def test_format_minutes():
     assert format_minutes(85 * 60) == "about 1 h 25 min"
 
 
-def test_expected_minutes_is_checked():
-    with pytest.raises(ConfigError, match="training.expected_minutes must be >= 0"):
-        check_training_config(load_config(None, ["training.expected_minutes=-1"]))
+def test_expected_step_s_is_checked():
+    with pytest.raises(ConfigError, match="training.expected_step_s must be >= 0"):
+        check_training_config(load_config(None, ["training.expected_step_s=-1"]))
     with pytest.raises(ConfigError, match="needs training.max_steps"):
         check_training_config(
             load_config(
                 None,
-                ["training.expected_minutes=5", "training.max_steps=0", "training.max_epochs=3"],
+                ["training.expected_step_s=0.5", "training.max_steps=0", "training.max_epochs=3"],
             )
         )
 
@@ -92,5 +92,23 @@ def test_expected_minutes_is_checked():
 def test_the_demo_config_states_its_expected_duration():
     cfg = load_config(REPO / "configs" / "multi30k_quick.yaml")
     assert cfg.training.max_time is None and cfg.training.max_steps == 1200
-    assert cfg.training.expected_minutes > 0
+    assert 8 < cfg.training.expected_step_s * cfg.training.max_steps / 60 < 12  # ~10 min
     check_training_config(cfg)
+
+
+def test_a_time_guard_is_mentioned():
+    from pytorch_lightning.callbacks import Timer
+
+    lines: list[str] = []
+    clock = FakeClock()
+    watch = PaceWatch(expected_step_s=0.5, log=lines.append, clock=clock)
+    trainer = SimpleNamespace(
+        max_steps=1200, global_step=0, is_global_zero=True, callbacks=[Timer("00:01:30:00")]
+    )
+    watch.on_train_start(trainer, None)
+    for _ in range(100):
+        clock.now += 2.0
+        trainer.global_step += 1
+        watch.on_train_batch_end(trainer, None, None, None, 0)
+    assert lines[0].endswith("training.max_time may stop a slower run sooner")
+    assert lines[1].endswith("training.max_time may stop the run before its last update")

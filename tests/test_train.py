@@ -109,7 +109,7 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
             max_steps=300,
             val_every_steps=100,
             log_every_steps=10,
-            expected_minutes=0.001,  # 0.2 ms per update: surely slower (seq2seq/pace.py)
+            expected_step_s=0.0002,  # 0.2 ms per update: surely slower (seq2seq/pace.py)
         )
         + ["model.d_model=64", "model.n_heads=4", "model.d_ff=128", "model.dropout=0.0"]
         + ["data.max_tokens=600"],
