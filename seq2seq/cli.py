@@ -1,7 +1,9 @@
 """The ``seq2seq`` command. Each subcommand is a thin wrapper over one module.
 
 User mistakes (:class:`seq2seq.errors.UserError`) print one line on stderr and exit 2;
-``--debug`` shows the traceback instead.
+``--debug`` shows the traceback instead. Each subcommand checks its paths first
+(:func:`seq2seq.paths.check_paths`). A command stopped by SIGINT exits 130, by SIGTERM 143, with
+one line saying how to continue (:mod:`seq2seq.signals`).
 """
 
 from __future__ import annotations
