@@ -1,13 +1,21 @@
 #!/usr/bin/env python
 """Training throughput: seq2seq (Lightning) against a plain torch.nn.Transformer loop.
 
-Both train the reference config on the same Multi30K en->de batches, in the same run, each
-in its own subprocess (so each gets its own peak-memory reading), alternating for
+Both train the same model shape (``--shape``) on the same Multi30K en->de batches, in the same
+run, each in its own subprocess (so each gets its own peak-memory reading), alternating for
 ``--rounds`` rounds; the table shows the median. Reference config (issue 9): 3+3 layers,
 d_model 256, 4 heads, d_ff 1024, pre-norm, dropout 0.1, joint 8,000-piece SentencePiece BPE
 over Multi30K en+de, tied embeddings, 4,096-token batches, float32, 2 CPU threads.
 
     SEQ2SEQ_MIRROR=../shared/data/multi30k python benchmarks/train_throughput.py --steps 30
+    python benchmarks/train_throughput.py --shape tiny            # Transformer-Tiny vs plain
+    python benchmarks/train_throughput.py --shape demo --impls ours,ours-bf16   # bf16 vs fp32
+
+``--shape`` picks the sizes (``reference``, ``tiny``: 4+4 layers, d_model 128, d_ff 256,
+dropout 0.3, 8,000 pieces; ``demo``: configs/multi30k_quick.yaml's model and batches);
+``--impls`` the implementations, the first being the baseline of the ratio column (taken
+within each round, then the median). MFU is counted against the fp32 matmul rate, also for
+bf16 runs.
 
 Columns: target tokens/s (non-padding target tokens, EOS included, per second over the timed
 steps), peak resident memory (the subprocess' max RSS), and MFU: model FLOPs per second
@@ -29,27 +37,70 @@ import time
 from pathlib import Path
 
 WORK = Path(os.environ.get("SEQ2SEQ_BENCH_DIR", "runs/bench"))
-REFERENCE = [
+COMMON = [
     "data.corpus=multi30k",
     "data.pair=en-de",
     "data.variant=raw",
-    "data.vocab_size=8000",
     "data.joint_vocab=true",
-    "data.max_tokens=4096",
-    "model.d_model=256",
-    "model.n_heads=4",
-    "model.d_ff=1024",
-    "model.n_encoder_layers=3",
-    "model.n_decoder_layers=3",
-    "model.dropout=0.1",
     "model.norm_first=true",
     "model.share_embeddings=true",
     "model.tie_output=true",
-    "training.precision=32",
     "training.lr=0.0005",
     "training.warmup_steps=4000",
     "training.label_smoothing=0.1",
 ]
+# --shape: the model and its data (vocabulary, batch size); the plain loop gets the same sizes.
+SHAPES = {
+    # issue 9's reference config
+    "reference": [
+        "data.vocab_size=8000",
+        "data.max_tokens=4096",
+        "model.d_model=256",
+        "model.n_heads=4",
+        "model.d_ff=1024",
+        "model.n_encoder_layers=3",
+        "model.n_decoder_layers=3",
+        "model.dropout=0.1",
+    ],
+    # Transformer-Tiny, the published Multi30K setting (configs/multi30k_tiny.yaml, _base, _fast)
+    "tiny": [
+        "data.vocab_size=8000",
+        "data.max_tokens=4096",
+        "model.d_model=128",
+        "model.n_heads=4",
+        "model.d_ff=256",
+        "model.n_encoder_layers=4",
+        "model.n_decoder_layers=4",
+        "model.dropout=0.3",
+    ],
+    # the make demo model (configs/multi30k_quick.yaml)
+    "demo": [
+        "data.vocab_size=5000",
+        "data.max_tokens=2500",
+        "model.d_model=256",
+        "model.n_heads=4",
+        "model.d_ff=512",
+        "model.n_encoder_layers=3",
+        "model.n_decoder_layers=2",
+        "model.dropout=0.1",
+    ],
+}
+IMPLS = {
+    "plain": "plain torch.nn.Transformer",
+    "ours": "seq2seq (Lightning), fp32",
+    "ours-bf16": "seq2seq (Lightning), bf16-mixed",
+}
+
+
+def overrides(shape: str, impl: str = "ours") -> list[str]:
+    precision = "bf16-mixed" if impl == "ours-bf16" else "32"
+    return [*COMMON, *SHAPES[shape], f"training.precision={precision}"]
+
+
+def work_dir(shape: str) -> Path:
+    """One tokenizer + store per vocabulary (the shapes that share one share the data)."""
+    vocab = next(o.split("=")[1] for o in SHAPES[shape] if o.startswith("data.vocab_size="))
+    return WORK if vocab == "8000" else WORK / f"vocab{vocab}"
 
 
 def matmul_flops(threads: int, n: int = 1024, reps: int = 20) -> float:
@@ -87,23 +138,23 @@ def forward_flops(src_lens, tgt_lens, *, d: int, ff: int, enc: int, dec: int, vo
     return 2 * macs
 
 
-def prepare(mirror: str | None) -> None:
+def prepare(shape: str, mirror: str | None) -> None:
     """Build the tokenizer and the binarized stores once (shared by every subprocess)."""
     from seq2seq.config import load_config
     from seq2seq.datamodule import TranslationDataModule
 
-    cfg = load_config(None, REFERENCE)
-    dm = TranslationDataModule(cfg, WORK, mirror=mirror)
+    cfg = load_config(None, overrides(shape))
+    dm = TranslationDataModule(cfg, work_dir(shape), mirror=mirror)
     dm.prepare_data()
 
 
-def batches(steps: int, mirror: str | None):
-    """The first ``steps`` training batches of the reference config (same order everywhere)."""
+def batches(steps: int, mirror: str | None, shape: str, impl: str = "ours"):
+    """The first ``steps`` training batches of the shape's config (same order everywhere)."""
     from seq2seq.config import load_config
     from seq2seq.datamodule import TranslationDataModule
 
-    cfg = load_config(None, REFERENCE)
-    dm = TranslationDataModule(cfg, WORK, mirror=mirror)
+    cfg = load_config(None, overrides(shape, impl))
+    dm = TranslationDataModule(cfg, work_dir(shape), mirror=mirror)
     dm.setup("fit")
     out = []
     for batch in dm.train_dataloader():
@@ -113,7 +164,7 @@ def batches(steps: int, mirror: str | None):
     return cfg, dm, out
 
 
-def run_ours(steps: int, warmup: int, threads: int, mirror: str | None) -> dict:
+def run_ours(steps: int, warmup: int, threads: int, mirror: str | None, shape: str, impl: str):
     """seq2seq's TranslationModule under a Lightning Trainer (no validation, no checkpoints)."""
     import pytorch_lightning as pl
     import torch
@@ -121,7 +172,7 @@ def run_ours(steps: int, warmup: int, threads: int, mirror: str | None) -> dict:
     from seq2seq.system import TranslationModule
 
     torch.set_num_threads(threads)
-    cfg, dm, data = batches(steps, mirror)
+    cfg, dm, data = batches(steps, mirror, shape, impl)
     module = TranslationModule(
         cfg=cfg,
         src_vocab_size=dm.tokenizer.src_vocab_size,
@@ -146,6 +197,7 @@ def run_ours(steps: int, warmup: int, threads: int, mirror: str | None) -> dict:
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        precision=cfg.training.precision,
         limit_val_batches=0,
         num_sanity_val_steps=0,
         callbacks=[Clock()],
@@ -155,7 +207,7 @@ def run_ours(steps: int, warmup: int, threads: int, mirror: str | None) -> dict:
     return _result(times, tokens, data, warmup, cfg, dm.tokenizer.tgt_vocab_size)
 
 
-def run_plain(steps: int, warmup: int, threads: int, mirror: str | None) -> dict:
+def run_plain(steps: int, warmup: int, threads: int, mirror: str | None, shape: str, impl: str):
     """A plain torch.nn.Transformer training loop on the same batches and sizes."""
     import math
 
@@ -164,7 +216,7 @@ def run_plain(steps: int, warmup: int, threads: int, mirror: str | None) -> dict
     from torch import nn
 
     torch.set_num_threads(threads)
-    cfg, dm, data = batches(steps, mirror)
+    cfg, dm, data = batches(steps, mirror, shape)
     m, vocab = cfg.model, dm.tokenizer.tgt_vocab_size
 
     class Plain(nn.Module):
@@ -242,28 +294,40 @@ def _result(times, tokens, data, warmup, cfg, vocab) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="reference",
+                   help="model and batch sizes (default: reference)")  # fmt: skip
+    p.add_argument("--impls", default="plain,ours",
+                   help=f"comma-separated, the first is the baseline of the ratios: "
+                        f"{', '.join(IMPLS)} (default: plain,ours)")  # fmt: skip
     p.add_argument("--steps", type=int, default=30, help="timed steps per run (after warm-up)")
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
-    p.add_argument("--impl", choices=["ours", "plain"], help=argparse.SUPPRESS)
+    p.add_argument("--impl", choices=list(IMPLS), help=argparse.SUPPRESS)
     p.add_argument("--json", help="also write the table's numbers to this file")
     args = p.parse_args()
     total = args.steps + args.warmup
+    impls = [x.strip() for x in args.impls.split(",") if x.strip()]
+    unknown = [x for x in impls if x not in IMPLS]
+    if unknown or not impls:
+        p.error(f"--impls: unknown {', '.join(unknown) or '(none given)'}; choose from "
+                f"{', '.join(IMPLS)}")  # fmt: skip
 
     if args.impl:  # a child: one measurement, JSON on the last stdout line
-        run = run_ours if args.impl == "ours" else run_plain
-        print(json.dumps(run(total, args.warmup, args.threads, args.mirror)))
+        run = run_plain if args.impl == "plain" else run_ours
+        result = run(total, args.warmup, args.threads, args.mirror, args.shape, args.impl)
+        print(json.dumps(result))
         return
 
-    prepare(args.mirror)
+    prepare(args.shape, args.mirror)
     peak = matmul_flops(args.threads)
-    results: dict[str, list[dict]] = {"plain": [], "ours": []}
+    results: dict[str, list[dict]] = {impl: [] for impl in impls}
     for _ in range(args.rounds):
-        for impl in ("plain", "ours"):
-            cmd = [sys.executable, __file__, "--impl", impl, "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--threads", str(args.threads)]  # fmt: skip
+        for impl in impls:
+            cmd = [sys.executable, __file__, "--impl", impl, "--shape", args.shape,
+                   "--steps", str(args.steps), "--warmup", str(args.warmup),
+                   "--threads", str(args.threads)]  # fmt: skip
             if args.mirror:
                 cmd += ["--mirror", args.mirror]
             out = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -274,20 +338,26 @@ def main() -> None:
     def med(impl: str, key: str) -> float:
         return statistics.median(r[key] for r in results[impl])
 
-    print(f"\nTraining throughput, reference config, {args.threads} threads, "
-          f"{args.steps} timed steps x {args.rounds} rounds (median); "
+    def ratios(impl: str) -> list[float]:  # within each round, then the median
+        return [r["tokens_per_s"] / b["tokens_per_s"] for r, b in zip(results[impl], results[impls[0]])]  # fmt: skip
+
+    print(f"\nTraining throughput, {args.shape} shape ({' '.join(SHAPES[args.shape])}), "
+          f"{args.threads} threads, {args.steps} timed steps x {args.rounds} rounds (median); "
           f"measured fp32 matmul peak {peak / 1e9:.1f} GFLOP/s")  # fmt: skip
-    print(f"{'implementation':<28}{'tgt tok/s':>11}{'peak RSS MiB':>14}{'MFU':>8}")
+    print(f"{'implementation':<34}{'tgt tok/s':>11}{'peak RSS MiB':>14}{'MFU':>8}"
+          f"{'x ' + impls[0]:>14}")  # fmt: skip
     rows = {}
-    for impl, name in (("plain", "plain torch.nn.Transformer"), ("ours", "seq2seq (Lightning)")):
+    for impl in impls:
         tps, rss = med(impl, "tokens_per_s"), med(impl, "peak_rss_mib")
         mfu = med(impl, "model_flops_per_s") / peak
-        rows[impl] = {"tokens_per_s": tps, "peak_rss_mib": rss, "mfu": mfu}
-        print(f"{name:<28}{tps:>11.0f}{rss:>14.0f}{mfu:>8.1%}")
-    ratio = rows["ours"]["tokens_per_s"] / rows["plain"]["tokens_per_s"]
-    print(f"seq2seq / plain: {ratio:.2f}x")
+        ratio = statistics.median(ratios(impl))
+        rows[impl] = {"tokens_per_s": tps, "peak_rss_mib": rss, "mfu": mfu, "ratio": ratio,
+                      "round_ratios": ratios(impl)}  # fmt: skip
+        print(f"{IMPLS[impl]:<34}{tps:>11.0f}{rss:>14.0f}{mfu:>8.1%}{ratio:>13.2f}x")
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": rows, "ratio": ratio, "peak_flops": peak}))
+        Path(args.json).write_text(
+            json.dumps({"shape": args.shape, "rows": rows, "peak_flops": peak}), encoding="utf-8"
+        )
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import importlib
 
 __all__ = [
     "ExperimentConfig",
+    "Scorer",
     "Seq2SeqTransformer",
     "Translator",
     "UserError",
@@ -35,6 +36,7 @@ _HOMES = {
     "build_model": "seq2seq.model",
     "load_model_dir": "seq2seq.modeldir",
     "Translator": "seq2seq.translate",
+    "Scorer": "seq2seq.scoring",
 }
 
 

@@ -230,7 +230,13 @@ def average_model_dir(
 
     from seq2seq.config import load_config
     from seq2seq.files import atomic_dir, atomic_open
-    from seq2seq.modeldir import CONFIG_FILE, SPM_FILES, save_model_dir, state_dict_for_saving
+    from seq2seq.modeldir import (
+        CONFIG_FILE,
+        PARENT_FILE,
+        SPM_FILES,
+        save_model_dir,
+        state_dict_for_saving,
+    )
 
     model_dir, out = Path(model_dir), Path(out)
     if n < 1:
@@ -263,7 +269,7 @@ def average_model_dir(
             f.write(save(state_dict_for_saving(model)))
         return out
     with atomic_dir(out, overwrite=force) as tmp:
-        for name in SPM_FILES:
+        for name in (*SPM_FILES, PARENT_FILE):  # (a fine-tuned run's parent record too)
             if (model_dir / name).is_file():
                 shutil.copyfile(model_dir / name, tmp / name)
         save_model_dir(tmp, model, cfg)

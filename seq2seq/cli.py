@@ -120,11 +120,19 @@ def _train(sub) -> None:
         "seq2seq train --config configs/multi30k_quick.yaml --out runs/m30k\n"
         "seq2seq train --config configs/multi30k_quick.yaml --out runs/m30k "
         "training.max_steps=2000 model.dropout=0.3\n"
-        "seq2seq train --resume runs/m30k training.max_steps=20000",
+        "seq2seq train --resume runs/m30k training.max_steps=20000\n"
+        "seq2seq train --init-from runs/m30k --out runs/m30k_ft training.lr=1e-4 "
+        "training.max_steps=300",
     )
     _add_config_args(p)
     p.add_argument("--out", metavar="DIR", help="model directory to create")
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last.ckpt")
+    p.add_argument(
+        "--init-from",
+        metavar="MODEL_DIR",
+        help="fine-tune: start from MODEL_DIR's weights, SentencePiece and model shape "
+        "(fresh optimizer and schedule; without --config, MODEL_DIR's config is the base)",
+    )
     p.add_argument(
         "--mirror",
         default=os.environ.get("SEQ2SEQ_MIRROR"),
@@ -151,7 +159,11 @@ def _run_train(args) -> int:
         ],
     )
     cfg = resolve_config(
-        out, resume=bool(args.resume), config_path=args.config, overrides=args.overrides
+        out,
+        resume=bool(args.resume),
+        config_path=args.config,
+        overrides=args.overrides,
+        init_from=args.init_from,
     )
     train(cfg, out, resume=bool(args.resume), mirror=args.mirror, cache_dir=args.cache_dir)
     return 0
@@ -385,9 +397,17 @@ def _translate(sub) -> None:
         "an interrupted FILE.partial, skipping the input lines it already holds.",
         "echo 'A man rides a bike.' | seq2seq translate runs/multi30k_small\n"
         "seq2seq translate runs/multi30k_small -i test.en -o test.de --beam 5 --max-tokens 8000\n"
-        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4",
+        "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4\n"
+        "printf 'A man rides a bike.\\tFahrrad\\n' | seq2seq translate runs/multi30k_small "
+        "--constraints unordered",
     )
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
+    p.add_argument(
+        "model_dir",
+        metavar="MODEL_DIR",
+        nargs="+",
+        help="model directory (seq2seq train --out); several: an ensemble (their mean "
+        "probability at each step; same vocabularies)",
+    )
     p.add_argument("-i", "--input", default="-", metavar="FILE", help="input text (- = stdin)")
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
     p.add_argument(
@@ -400,6 +420,46 @@ def _translate(sub) -> None:
         metavar="N",
         help="at most N already-available lines translated together (default: 1000)",
     )
+    out = p.add_argument_group("output (seq2seq/outputs.py)")
+    out.add_argument(
+        "--scores", action="store_true", help="TEXT ||| SCORE (length-normalized log-prob)"
+    )
+    out.add_argument(
+        "--alignments",
+        action="store_true",
+        help="append ||| i-j word alignments (last decoder layer's cross-attention, mean of "
+        "heads; torch or ctranslate2 engine)",
+    )
+    out.add_argument(
+        "--output-format",
+        default="text",
+        choices=["text", "jsonl"],
+        help="jsonl: one JSON object per input line (text, score, tokens, alignment, nbest)",
+    )
+    g = p.add_argument_group(
+        "constrained decoding (README: Constrained decoding); fields follow the source on "
+        "each line, tab-separated: [PREFIX] [CONSTRAINT ...] [<empty field> AVOID ...]"
+    )
+    g.add_argument(
+        "--constraints",
+        choices=["ordered", "unordered"],
+        help="each line's fields after the source are phrases the output must hold",
+    )
+    g.add_argument(
+        "--prefix",
+        action="store_true",
+        help="the first field after the source is text the output starts with",
+    )
+    g.add_argument(
+        "--avoid",
+        action="store_true",
+        help="fields (after an empty field, with --constraints) are phrases never to output",
+    )
+    g.add_argument(
+        "--terminology",
+        metavar="FILE",
+        help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET",
+    )
     _add_search_args(p)
     p.set_defaults(run=_run_translate)
 
@@ -407,8 +467,9 @@ def _translate(sub) -> None:
 def _run_translate(args) -> int:
     from pathlib import Path
 
+    from seq2seq.constraints import Terminology
     from seq2seq.partial import fingerprint, guard
-    from seq2seq.translate import Translator, open_lines, translate_stream
+    from seq2seq.translate import LineConstraints, Translator, open_lines, translate_stream
 
     if args.resume and not args.output:
         raise UserError("--resume needs -o FILE")
@@ -417,9 +478,15 @@ def _run_translate(args) -> int:
     _set_threads(args)
     _check_device(args)
     check_paths(
-        input_files=[("-i", args.input)],
+        input_files=[("-i", args.input), ("--terminology", args.terminology)],
         input_dirs=[("model directory", args.model_dir)],
         output_files=[("-o", args.output), ("-o", args.output and args.output + ".partial")],
+    )
+    line_constraints = LineConstraints(
+        constraints=args.constraints,
+        prefix=args.prefix,
+        avoid=args.avoid,
+        terminology=Terminology.load(args.terminology) if args.terminology else None,
     )
     reader = open_lines(args.input)
     if args.output:
@@ -431,7 +498,16 @@ def _run_translate(args) -> int:
         input_path=args.input,
         model_dir=args.model_dir,
         engine=args.engine,
-        options=dataclasses.asdict(translator.opts),
+        options={
+            **dataclasses.asdict(translator.opts),
+            "output_format": args.output_format,
+            "scores": args.scores,
+            "alignments": args.alignments,
+            "constraints": args.constraints,
+            "prefix": args.prefix,
+            "avoid": args.avoid,
+            "terminology": _file_id(args.terminology),
+        },
     )
     with guard(args.output, resume=args.resume, record=record):  # --resume trusts FILE.partial
         translate_stream(
@@ -442,8 +518,21 @@ def _run_translate(args) -> int:
             resume=args.resume,
             buffer_lines=args.buffer_lines,
             warn=_warn("translate"),
+            output_format=args.output_format,
+            scores=args.scores,
+            alignments=args.alignments,
+            line_constraints=line_constraints,
         )
     return 0
+
+
+def _file_id(path: str | None) -> str | None:
+    """A file's sha256 (for --resume's record), or None."""
+    if path is None:
+        return None
+    from seq2seq.files import sha256_file
+
+    return sha256_file(path)
 
 
 _SUBCOMMANDS.append(_translate)
@@ -562,7 +651,12 @@ def _evaluate(sub) -> None:
         "seq2seq evaluate runs/m30k --moses-lc\n"
         "seq2seq evaluate runs/multi30k_small --src test.en --ref test.de --beam 5",
     )
-    p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
+    p.add_argument(
+        "model_dir",
+        metavar="MODEL_DIR",
+        nargs="+",
+        help="model directory (seq2seq train --out); several: an ensemble",
+    )
     p.add_argument("--corpus", help="registered corpus (default: the model's data.corpus)")
     p.add_argument("--pair", help="language pair, e.g. en-de (default: the model's data.pair)")
     p.add_argument("--split", help="split, e.g. test_2016_flickr (default: data.test_splits[0])")
@@ -629,6 +723,63 @@ def _run_evaluate(args) -> int:
 
 
 _SUBCOMMANDS.append(_evaluate)
+
+# ---- score (seq2seq/scoring.py) ----
+
+
+def _score(sub) -> None:
+    p = _add(
+        sub,
+        "score",
+        "Forced decoding: score given translations with a model (or an ensemble).\n\n"
+        "Prints one line per (source, target) pair, `LOG_PROB<TAB>SCORE<TAB>N_TOKENS`:\n"
+        "the summed log-probability of the target's pieces and EOS, that divided by\n"
+        "N_TOKENS ** len_penalty (the beam search's score), and N_TOKENS (pieces + EOS);\n"
+        "--output-format jsonl adds the per-token log-probabilities. The corpus perplexity\n"
+        "goes to stderr. Several MODEL_DIRs score with the ensemble's mean probability.",
+        "seq2seq score runs/m30k --src test.en --tgt test.hyp\n"
+        "seq2seq score runs/m30k runs/m30k_seed2 --src test.en --tgt test.de -o scores.txt",
+    )
+    p.add_argument("model_dir", metavar="MODEL_DIR", nargs="+", help="model directory(ies)")
+    p.add_argument("--src", required=True, metavar="FILE", help="source sentences")
+    p.add_argument("--tgt", required=True, metavar="FILE", help="target sentences, aligned")
+    p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    p.add_argument(
+        "--output-format", default="text", choices=["text", "jsonl"], help="default: text"
+    )
+    p.add_argument(
+        "--len-penalty", type=float, help="normalization exponent (default: the model's)"
+    )
+    p.add_argument("--max-tokens", type=int, help="padded tokens per batch")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: torch's)")
+    p.set_defaults(run=_run_score)
+
+
+def _run_score(args) -> int:
+    from seq2seq.files import atomic_open
+    from seq2seq.scoring import Scorer, score_files
+
+    _set_threads(args)
+    scorer = Scorer.load(args.model_dir, device=args.device, max_tokens=args.max_tokens)
+    len_penalty = args.len_penalty
+    if len_penalty is None:
+        len_penalty = scorer.cfg.decoding.len_penalty
+    kwargs = dict(len_penalty=len_penalty, output_format=args.output_format, warn=_warn("score"))
+    if args.output:
+        with atomic_open(args.output, "w", encoding="utf-8", newline="\n") as out:
+            summary = score_files(scorer, args.src, args.tgt, out=out, **kwargs)
+    else:
+        summary = score_files(scorer, args.src, args.tgt, out=sys.stdout, **kwargs)
+    print(
+        f"{summary['pairs']} pairs, {summary['tokens']} target tokens (EOS included), "
+        f"log-prob {summary['log_prob']:.4f}, perplexity {summary['perplexity']:.4f}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+_SUBCOMMANDS.append(_score)
 
 # ---- export (seq2seq/export.py) ----
 

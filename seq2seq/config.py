@@ -229,19 +229,29 @@ class TrainingConfig:
     eps: float = 1e-8
     weight_decay: float = 0.0
     schedule: str = "inverse_sqrt"
-    """``inverse_sqrt`` (linear warmup to ``lr``, then lr*sqrt(warmup/step)), ``noam`` or ``constant``."""
+    """``inverse_sqrt`` (linear warmup to ``lr``, then lr*sqrt(warmup/step)), ``noam``,
+    ``constant``, or ``linear`` / ``cosine`` (warmup, then decay to ``min_lr`` at ``max_steps``)."""
     warmup_steps: int = 4000
+    min_lr: float = 0.0
+    """Where the ``linear`` and ``cosine`` schedules end, at ``max_steps``."""
     label_smoothing: float = 0.1
     clip_norm: float = 0.0
     """Gradient clipping by global norm (0 = off)."""
     accumulate: int = 1
     """Gradient accumulation: batches per optimizer step."""
     precision: str = "32"
-    """Lightning precision: ``32``, ``bf16-mixed`` or ``16-mixed``."""
+    """Lightning precision: ``32``, ``bf16-mixed`` or ``16-mixed``; ``auto``: ``bf16-mixed``
+    where the CPU has bf16 instructions and a probe measures it faster, else ``32``
+    (seq2seq/precision.py; machine-dependent, so not for runs that must be reproducible)."""
     max_steps: int = 10_000
     max_epochs: int = -1
     max_time: str | None = None
     """Wall-clock limit ``DD:HH:MM:SS`` (None = unlimited)."""
+    expected_minutes: float = 0.0
+    """Training time of ``max_steps`` updates on the machine the config was sized on (0 = not
+    given): printed at start; a run much slower than that is warned about once (seq2seq/pace.py)."""
+    expected_machine: str = ""
+    """That machine, in words, printed with the estimate."""
     val_every_steps: int = 1000
     save_every_steps: int = 0
     """Periodic checkpoint every N optimizer steps (0 = every ``val_every_steps``)."""
@@ -270,6 +280,10 @@ class TrainingConfig:
     """torch intra-op threads (0 = leave torch's default)."""
     compile: bool = False
     """Wrap the model in torch.compile."""
+    init_from: str | None = None
+    """Fine-tune: start from this model directory's weights, SentencePiece model(s) and model
+    shape (``seq2seq train --init-from DIR``; see seq2seq/finetune.py). The optimizer and the
+    schedule start fresh."""
 
     def validate(self, prefix: str = "training.") -> None:
         """Refuse values Lightning would reject late (accelerator, devices, max_time), naming

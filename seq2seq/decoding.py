@@ -13,12 +13,14 @@ before its EOS, where ``src_len`` counts the source ids including their EOS, and
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
 from seq2seq.config import DecodingConfig, ExperimentConfig
+from seq2seq.constraints import Constraints
 from seq2seq.errors import UserError
 from seq2seq.search import Hypothesis, beam_search, greedy_search, sample
 
@@ -27,6 +29,7 @@ __all__ = [
     "Engine",
     "LoadedEngine",
     "SearchOptions",
+    "StepDecoder",
     "max_target_lens",
     "reorder_state",
     "run_search",
@@ -90,20 +93,54 @@ class Engine(Protocol):
     :meth:`Translator.translate_nbest` then hands it batches of up to that many times
     ``max_tokens`` source tokens, for an engine that splits batches over workers itself
     (:class:`seq2seq.engines.CTranslate2Engine` on CPU).
+
+    An engine that can return cross-attention (for word alignments, seq2seq.alignments) takes
+    a keyword ``attention: bool``; the Translator passes it only when alignments are asked
+    for, and then expects each hypothesis' ``attention`` rows. Engines that run seq2seq.search
+    also expose ``start(src, *, attention) -> StepDecoder``, which is what an ensemble
+    (seq2seq.ensemble) combines.
     """
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def translate_ids(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None = None,
+    ) -> list[list[Hypothesis]]:
         """Search each source.
 
         Args:
             src: source ids per sentence, each ending with EOS, none empty, none longer than
                 the model's max positions.
             opts: search options; ``nbest`` hypotheses per sentence are wanted.
+            constraints: per sentence, target prefix / include / avoid token ids (see
+                :mod:`seq2seq.constraints`), or None. An engine that cannot honour one raises
+                a one-line UserError saying which engine can.
 
         Returns:
             Per sentence, up to ``opts.nbest`` hypotheses, best first; tokens end with EOS.
         """
         ...
+
+
+@dataclass
+class StepDecoder:
+    """A model as seq2seq.search sees it, ready for one batch of sources.
+
+    Attributes:
+        step: ``step(prefix, state) -> (log_probs, state)`` (see seq2seq.search).
+        reorder: ``reorder(state, index) -> state``.
+        state: the initial state, one row per source sentence.
+        attention: ``attention(state) -> (N, S)`` cross-attention of the last step, when the
+            decoder was started with attention; else None.
+        max_positions: positions the decoder can see.
+    """
+
+    step: Callable
+    reorder: Callable
+    state: object
+    attention: Callable | None
+    max_positions: int
 
 
 def max_target_lens(src_lens: list[int], opts: SearchOptions, max_positions: int) -> list[int]:
@@ -132,15 +169,37 @@ def run_search(
     eos_id: int,
     unk_id: int,
     device: torch.device | None = None,
+    attention: Callable | None = None,
+    constraints: list[Constraints] | None = None,
 ) -> list[list[Hypothesis]]:
     """Run the search ``opts`` names over ``step``/``reorder`` from ``state`` (B rows).
 
     ``src`` only gives the source lengths (for the max length). Sampling with ``nbest`` > 1
     must be handled by the caller (replicate the rows), as the torch engine does.
+    ``attention(state) -> (N, S)``: collect each hypothesis' cross-attention rows.
+
+    ``constraints`` (per sentence, or None): prefixes and avoided phrases work with every
+    method; include phrases need beam search (greedy runs as beam search with beam size 1;
+    sampling is a UserError). A sentence's length limit is raised to fit its constraints
+    (:meth:`Constraints.needed_len`); beyond the model's positions that is a UserError.
     """
-    max_lens = torch.tensor(
-        max_target_lens([len(s) for s in src], opts, max_positions), device=device
-    )  # (B,)
+    limits = max_target_lens([len(s) for s in src], opts, max_positions)
+    if constraints is not None:
+        if len(constraints) != len(src):
+            raise ValueError(f"{len(constraints)} constraints for {len(src)} sentences")
+        bans = opts.no_repeat_ngram > 0
+        for c in constraints:
+            if c.needed_len(bans=bans) > max_positions:
+                raise UserError(
+                    f"a prefix and constraints of {c.needed_len(bans=bans) - 1} tokens do "
+                    f"not fit in the model's {max_positions} positions"
+                )
+        if any(c.include for c in constraints):
+            if opts.method == "sample":
+                raise UserError("positive constraints need beam search or greedy, not sampling")
+            if opts.method == "greedy":
+                opts = opts.replace(method="beam", beam_size=1, nbest=1)
+    max_lens = torch.tensor(limits, device=device)  # (B,)
     common = dict(
         batch_size=len(src),
         bos_id=bos_id,
@@ -153,6 +212,8 @@ def run_search(
         unk_id=unk_id,
         unk_penalty=opts.unk_penalty,
         device=device,
+        attention=attention,
+        constraints=constraints,
     )
     if opts.method == "beam":
         return beam_search(
@@ -173,12 +234,21 @@ def run_search(
     return [[h] for h in hyps]
 
 
-def with_sampled_nbest(search, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-    """``nbest`` independent samples per sentence (rows replicated), best score first."""
+def with_sampled_nbest(
+    search,
+    src: list[list[int]],
+    opts: SearchOptions,
+    constraints: list[Constraints] | None = None,
+) -> list[list[Hypothesis]]:
+    """``nbest`` independent samples per sentence (rows replicated), best score first.
+
+    ``search(rows, constraints)`` searches the given rows with their constraints (or None).
+    """
     if not (opts.method == "sample" and opts.nbest > 1):
-        return search(src)
+        return search(src, constraints)
     rows = [s for s in src for _ in range(opts.nbest)]
-    flat = search(rows)
+    cons = None if constraints is None else [c for c in constraints for _ in range(opts.nbest)]
+    flat = search(rows, cons)
     groups = [flat[i : i + opts.nbest] for i in range(0, len(flat), opts.nbest)]
     return [sorted((h for g in grp for h in g), key=lambda h: -h.score) for grp in groups]
 

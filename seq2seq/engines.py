@@ -35,6 +35,11 @@ the random streams differ from torch's). Differences, measured against the torch
   start token in the n-grams (fairseq's rule), which CTranslate2 may not.
 - ``unk_penalty``: only 0 (off) or ``inf`` (never produce unk, CTranslate2's ``disable_unk``).
 - The pad token is suppressed, as in seq2seq.search.
+- Constrained decoding: a prefix is ``target_prefix`` (CTranslate2's score then divides the
+  continuation's log-probs by the whole length, prefix included; ``exact_scores`` gives
+  seq2seq's, the continuation's own), avoided phrases are ``suppress_sequences``; positive
+  constraints are a UserError that points to ``--engine torch``. The ONNX engine has them all
+  (seq2seq's search), a multi-token prefix step running the decoder graph once per token.
 
 Threads: both engines use ``torch.get_num_threads()`` threads (set it with
 ``torch.set_num_threads``, as benchmarks/export_parity.py does), so every engine runs with
@@ -60,9 +65,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from seq2seq.constraints import Constraints
 from seq2seq.decoding import (
     LoadedEngine,
     SearchOptions,
+    StepDecoder,
     max_target_lens,
     reorder_state,
     run_search,
@@ -158,28 +165,73 @@ class TorchEngine:
             ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         return ids.to(self.device)
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`Engine`."""
+    @property
+    def max_positions(self) -> int:
+        """Positions the decoder can see (the longest source, and target + BOS)."""
+        return self.model.max_positions
+
+    def start(self, src: list[list[int]], *, attention: bool = False) -> StepDecoder:
+        """Encode ``src`` (padded here): the step function, reorder and state for the search.
+
+        With ``attention`` each step also keeps the last decoder layer's cross-attention,
+        averaged over heads (the explicit, slower attention path).
+        """
+        model = self.model
+        step = model.decode_step if self.use_cache else model.decode_step_uncached
+        if attention:
+            step = functools.partial(step, need_weights=True)
+        return StepDecoder(
+            step=step,
+            reorder=_recycling_reorder,
+            state=model.start_state(self._pad(src)),
+            attention=_cross_attention if attention else None,
+            max_positions=model.max_positions,
+        )
+
+    def translate_ids(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None = None,
+        *,
+        attention: bool = False,
+    ) -> list[list[Hypothesis]]:
+        """See :class:`Engine`; ``attention``: each hypothesis carries its cross-attention."""
         if not src:
             return []
-        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
+        return with_sampled_nbest(
+            lambda rows, cons: self._search(rows, opts, cons, attention), src, opts, constraints
+        )
 
     @torch.inference_mode()
-    def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        model = self.model
+    def _search(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None,
+        attention: bool = False,
+    ) -> list[list[Hypothesis]]:
+        dec = self.start(src, attention=attention)
         return run_search(
-            model.decode_step if self.use_cache else model.decode_step_uncached,
-            _recycling_reorder,
-            model.start_state(self._pad(src)),
+            dec.step,
+            dec.reorder,
+            dec.state,
             src,
             opts,
-            max_positions=model.max_positions,
+            max_positions=dec.max_positions,
             pad_id=self.pad_id,
             bos_id=self.bos_id,
             eos_id=self.eos_id,
             unk_id=self.unk_id,
             device=self.device,
+            attention=dec.attention,
+            constraints=constraints,
         )
+
+
+def _cross_attention(state) -> Tensor:
+    """The (N, S) cross-attention a ``need_weights`` step left in the state."""
+    return state.cross_attention
 
 
 def _quantize_linear_layers(model: torch.nn.Module, device: torch.device) -> torch.nn.Module:
@@ -231,6 +283,12 @@ class OnnxState:
             self_kv=[a.take(idx, axis=0) for a in self.self_kv],
             position=self.position,
         )
+
+
+_ONNX_NO_ATTENTION = (
+    "the onnx engine has no attention weights (its exported decoder step returns none): "
+    "use --engine torch or ctranslate2 for alignments"
+)
 
 
 class OnnxEngine:
@@ -305,17 +363,47 @@ class OnnxEngine:
         )
         return torch.from_numpy(log_probs), new_state
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`seq2seq.decoding.Engine`."""
+    def start(self, src: list[list[int]], *, attention: bool = False) -> StepDecoder:
+        """Encode ``src``: the step function, reorder and state for the search.
+
+        Raises:
+            UserError: ``attention`` (the exported decoder step returns no attention).
+        """
+        if attention:
+            raise UserError(_ONNX_NO_ATTENTION)
+        return StepDecoder(
+            step=self.step,
+            reorder=reorder_state,
+            state=self.start_state(src),
+            attention=None,
+            max_positions=self.max_positions,
+        )
+
+    def translate_ids(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None = None,
+        *,
+        attention: bool = False,
+    ) -> list[list[Hypothesis]]:
+        """See :class:`seq2seq.decoding.Engine` (``attention`` is not supported)."""
         if not src:
             return []
-        return with_sampled_nbest(lambda rows: self._search(rows, opts), src, opts)
+        if attention:
+            raise UserError(_ONNX_NO_ATTENTION)
+        return with_sampled_nbest(
+            lambda rows, cons: self._search(rows, opts, cons), src, opts, constraints
+        )
 
-    def _search(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def _search(
+        self, src: list[list[int]], opts: SearchOptions, constraints: list[Constraints] | None
+    ) -> list[list[Hypothesis]]:
+        dec = self.start(src)
         return run_search(
-            self.step,
-            reorder_state,
-            self.start_state(src),
+            dec.step,
+            dec.reorder,
+            dec.state,
             src,
             opts,
             max_positions=self.max_positions,
@@ -323,6 +411,7 @@ class OnnxEngine:
             bos_id=self.bos_id,
             eos_id=self.eos_id,
             unk_id=self.unk_id,
+            constraints=constraints,
         )
 
 
@@ -350,6 +439,9 @@ def _ct2_device(device: str) -> tuple[str, int]:
 class CTranslate2Engine:
     """Search with CTranslate2's ``Translator.translate_batch`` (see the module docstring).
 
+    ``positive_constraints = False``: prefixes and avoided phrases only (read by seq2seq.serve
+    to refuse a constrained request up front).
+
     Args:
         export_dir: a folder written by ``seq2seq export --format ctranslate2``.
         device: ``cpu``, ``cuda`` or ``cuda:N``.
@@ -359,6 +451,8 @@ class CTranslate2Engine:
         exact_scores: rescore the hypotheses with the model to report fairseq's scores and
             per-token log-probabilities (costs one teacher-forced pass).
     """
+
+    positive_constraints = False
 
     def __init__(
         self,
@@ -428,30 +522,92 @@ class CTranslate2Engine:
             )
         return kwargs
 
-    def translate_ids(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
-        """See :class:`seq2seq.decoding.Engine`."""
+    def translate_ids(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None = None,
+        *,
+        attention: bool = False,
+    ) -> list[list[Hypothesis]]:
+        """See :class:`seq2seq.decoding.Engine`.
+
+        ``attention``: CTranslate2's ``return_attention`` (the export's alignment layer and
+        heads: the last layer, all heads averaged, for exports made since alignments exist).
+
+        Constraints: a prefix is CTranslate2's ``target_prefix``; avoided phrases are its
+        ``suppress_sequences`` (one list per call, so sentences are grouped by their avoid
+        lists); include phrases are a UserError (CTranslate2 has no lexically constrained
+        search: use ``--engine torch`` or ``onnx``).
+        """
         if not src:
             return []
+        if constraints is not None and any(c.include for c in constraints):
+            raise UserError(
+                "the ctranslate2 engine cannot do positive constraints (--constraints, "
+                "--terminology); use --engine torch (or onnx)"
+            )
         if opts.method == "sample":
             import ctranslate2
 
             ctranslate2.set_random_seed(opts.seed)
-        return with_sampled_nbest(lambda rows: self._translate(rows, opts), src, opts)
+        return with_sampled_nbest(
+            lambda rows, cons: self._translate(rows, opts, cons, attention), src, opts, constraints
+        )
 
-    def _translate(self, src: list[list[int]], opts: SearchOptions) -> list[list[Hypothesis]]:
+    def _translate(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None,
+        attention: bool = False,
+    ) -> list[list[Hypothesis]]:
+        if constraints is None or all(not c.avoid for c in constraints):
+            return self._translate_group(src, opts, constraints, (), attention)
+        groups: dict[tuple, list[int]] = defaultdict(list)
+        for i, c in enumerate(constraints):
+            groups[c.avoid].append(i)
+        out: list[list[Hypothesis]] = [[] for _ in src]
+        for avoid, idx in groups.items():
+            hyps = self._translate_group(
+                [src[i] for i in idx], opts, [constraints[i] for i in idx], avoid, attention
+            )
+            for i, h in zip(idx, hyps):
+                out[i] = h
+        return out
+
+    def _translate_group(
+        self,
+        src: list[list[int]],
+        opts: SearchOptions,
+        constraints: list[Constraints] | None,
+        avoid: tuple[tuple[int, ...], ...],
+        attention: bool = False,
+    ) -> list[list[Hypothesis]]:
         kwargs = self._options(opts)
+        kwargs["return_attention"] = attention
+        if avoid:
+            kwargs["suppress_sequences"] = kwargs["suppress_sequences"] + [
+                [self.tgt_vocab[t] for t in a] for a in avoid
+            ]
         # Sources end with EOS, which CTranslate2 appends itself (add_source_eos).
         tokens = [[self.src_vocab[i] for i in (s[:-1] if s[-1] == self.eos_id else s)] for s in src]
+        prefixes = None
+        if constraints is not None and any(c.prefix for c in constraints):
+            prefixes = [[self.tgt_vocab[t] for t in c.prefix] for c in constraints]
         # CTranslate2 takes one max_decoding_length per call, and the length limit is per
-        # sentence (max_lens counts EOS; CTranslate2's counts it too). One call for the whole
-        # batch at its largest limit; the sentences whose output reaches its own limit (rare
-        # for a trained model) are decoded again, grouped by limit, under their own limit.
-        # (Greedy output is exactly the per-sentence result; a beam could in rare cases also
-        # differ below the limit, since a beam cut at the limit competes in the n-best.)
+        # sentence (max_lens counts EOS; CTranslate2's counts it too, and the prefix). One call
+        # for the whole batch at its largest limit; the sentences whose output reaches its own
+        # limit (rare for a trained model) are decoded again, grouped by limit, under their
+        # own limit. (Greedy output is exactly the per-sentence result; a beam could in rare
+        # cases also differ below the limit, since a beam cut at the limit competes in the
+        # n-best.)
         limits = max_target_lens([len(s) for s in src], opts, self.max_positions)
+        if constraints is not None:  # room for the prefix, as in seq2seq.search
+            limits = [max(n, c.needed_len()) for n, c in zip(limits, constraints)]
         out: list[list[Hypothesis]] = [[] for _ in src]
         truncated: set[int] = set()  # id() of hypotheses that hit the max length
-        first = self._decode(tokens, list(range(len(src))), max(limits), kwargs)
+        first = self._decode(tokens, list(range(len(src))), max(limits), kwargs, prefixes)
         redo: dict[int, list[int]] = defaultdict(list)
         for i, hyps in first.items():
             if all(len(h.tokens) < limits[i] for h in hyps):
@@ -459,10 +615,12 @@ class CTranslate2Engine:
             else:
                 redo[limits[i]].append(i)
         for limit, idx in redo.items():
-            for i, hyps in self._decode(tokens, idx, limit, kwargs).items():
+            for i, hyps in self._decode(tokens, idx, limit, kwargs, prefixes).items():
                 out[i] = hyps
-        for hyps in out:
+        for i, hyps in enumerate(out):
             for h in hyps:
+                if prefixes is not None:
+                    h.prefix_len = len(prefixes[i])
                 if not h.tokens or h.tokens[-1] != self.eos_id:
                     h.tokens.append(self.eos_id)  # the torch engine forces EOS at the max length
                     truncated.add(id(h))
@@ -476,9 +634,16 @@ class CTranslate2Engine:
         return out
 
     def _decode(
-        self, tokens: list[list[str]], idx: list[int], limit: int, kwargs: dict
+        self,
+        tokens: list[list[str]],
+        idx: list[int],
+        limit: int,
+        kwargs: dict,
+        prefixes: list[list[str]] | None = None,
     ) -> dict[int, list[Hypothesis]]:
         """translate_batch of the sentences ``idx`` with at most ``limit`` tokens (EOS counted)."""
+        if prefixes is not None:
+            kwargs = dict(kwargs, target_prefix=[prefixes[i] for i in idx])
         results = self.translator.translate_batch(
             [tokens[i] for i in idx],
             max_decoding_length=limit - 1,
@@ -488,9 +653,12 @@ class CTranslate2Engine:
         return {
             i: [
                 Hypothesis(
-                    tokens=[self.tgt_index[p] for p in pieces], score=float(score), token_scores=[]
+                    tokens=[self.tgt_index[p] for p in pieces],
+                    score=float(score),
+                    token_scores=[],
+                    attention=torch.tensor(result.attention[k]) if result.attention else None,
                 )
-                for pieces, score in zip(result.hypotheses, result.scores)
+                for k, (pieces, score) in enumerate(zip(result.hypotheses, result.scores))
             ]
             for i, result in zip(idx, results)
         }
@@ -521,7 +689,8 @@ class CTranslate2Engine:
         )
         for (_, h), r in zip(flat, results):
             lps = [float(x) for x in r.log_probs]  # EOS included (score_batch appends it)
-            h.score = sum(lps) / len(lps) ** len_penalty
+            lps[: h.prefix_len] = [0.0] * h.prefix_len  # the prefix is given, not scored
+            h.score = sum(lps) / (len(lps) - h.prefix_len) ** len_penalty
             h.token_scores = lps
         return [sorted(sent, key=lambda h: -h.score) for sent in hyps]
 

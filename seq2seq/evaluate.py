@@ -170,7 +170,7 @@ def resolve_test_set(
 
 
 def evaluate(
-    model_dir: str | Path,
+    model_dir: str | Path | list[str | Path],
     *,
     src: str | Path | None = None,
     ref: str | Path | None = None,
@@ -190,6 +190,9 @@ def evaluate(
 ) -> dict:
     """Evaluate ``model_dir`` on ``src``/``ref`` files or on a corpus split.
 
+    A list of directories evaluates their ensemble (the first one's config gives the
+    defaults; outputs default to ``FIRST/eval-ensemble``, the JSON lists the members).
+
     With ``src`` and ``ref`` the files are used as they are; otherwise the corpus, pair,
     split and variant default to the model's config (``data.corpus``, ``data.pair``,
     ``data.test_splits[0]``, ``data.variant``). ``overrides`` are search options.
@@ -200,8 +203,12 @@ def evaluate(
     Returns:
         See :func:`evaluate_files`.
     """
-    model_dir = Path(model_dir)
-    out_dir = Path(out_dir) if out_dir is not None else model_dir / "eval"
+    dirs = [model_dir] if isinstance(model_dir, (str, Path)) else list(model_dir)
+    if not dirs:
+        raise UserError("give a model directory")
+    model_dir = Path(dirs[0])
+    default_out = model_dir / ("eval" if len(dirs) == 1 else "eval-ensemble")
+    out_dir = Path(out_dir) if out_dir is not None else default_out
     if (src is None) != (ref is None):
         raise UserError("--src and --ref go together")
     if moses_lc and tokenized_lc:
@@ -214,7 +221,7 @@ def evaluate(
             if not Path(path).is_file():
                 raise UserError(f"file not found: {path}")
         read_test_pair(Path(src), Path(ref))  # fail on bad input before loading the model
-    translator = Translator.load(model_dir, device=device, engine=engine, **overrides)
+    translator = Translator.load(dirs, device=device, engine=engine, **overrides)
     if moses_lc and "tok" in (variant, translator.cfg.data.variant):
         raise UserError(
             "--moses-lc tokenizes raw text, but this "
@@ -235,6 +242,8 @@ def evaluate(
             work_dir=out_dir / "data",
         )
     info = {"model_dir": str(model_dir), "engine": engine, "device": device}
+    if len(dirs) > 1:
+        info["ensemble"] = [str(d) for d in dirs]
     moses_lang = None
     if moses_lc:
         moses_lang = (pair or translator.cfg.data.pair).split("-")[-1]

@@ -341,7 +341,14 @@ def ctranslate2_spec(model, *, src_pieces: list[str], tgt_pieces: list[str], spe
         len(enc.layers), model.n_heads, pre_norm=pre_norm, activation=activation
     )
     dec_spec = transformer_spec.TransformerDecoderSpec(
-        len(dec.layers), model.n_heads, pre_norm=pre_norm, activation=activation
+        len(dec.layers),
+        model.n_heads,
+        pre_norm=pre_norm,
+        activation=activation,
+        # return_attention: the last layer's cross-attention averaged over all its heads,
+        # the rule of the torch engine's alignments (seq2seq/alignments.py)
+        alignment_layer=-1,
+        alignment_heads=model.n_heads,
     )
     spec = transformer_spec.TransformerSpec(enc_spec, dec_spec)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["LossOutput", "label_smoothed_nll"]
+__all__ = ["LossOutput", "label_smoothed_nll", "target_log_probs"]
 
 
 @dataclass
@@ -47,6 +47,27 @@ def label_smoothed_nll(
         logits, target = logits[keep], target[keep]
     loss, nll = _SmoothedNLL.apply(logits, target, epsilon)
     return LossOutput(loss=loss.sum(), nll=nll.sum(), n_tokens=int(target.numel()))
+
+
+def target_log_probs(logits: Tensor, target: Tensor, *, ignore_index: int) -> Tensor:
+    """Log-probability of each gold token, 0 at ``ignore_index`` (padding).
+
+    The unsmoothed per-token term of the loss (``-nll``), normalized in float32 or wider as
+    the loss and the search's step do (``log_softmax`` over V): forced decoding
+    (seq2seq.scoring) sums these.
+
+    Args:
+        logits: (..., V) unnormalized scores.
+        target: (...) gold ids.
+        ignore_index: the padding id.
+
+    Returns:
+        (...) log-probabilities, in float32 (float64 logits keep float64).
+    """
+    log_probs = logits.log_softmax(dim=-1, dtype=torch.promote_types(logits.dtype, torch.float32))
+    keep = target.ne(ignore_index)
+    gold = log_probs.gather(-1, target.masked_fill(~keep, 0).unsqueeze(-1)).squeeze(-1)
+    return gold.masked_fill(~keep, 0.0)
 
 
 class _SmoothedNLL(torch.autograd.Function):
@@ -109,7 +130,13 @@ def _logit_grad_(
 
 
 def projected_label_smoothed_nll(
-    hidden: Tensor, weight: Tensor, target: Tensor, *, epsilon: float, chunk_rows: int = 512
+    hidden: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    *,
+    epsilon: float,
+    chunk_rows: int = 512,
+    compute_dtype: torch.dtype | None = None,
 ) -> LossOutput:
     """``label_smoothed_nll(hidden @ weight.T, target)``, without padding, computed in chunks.
 
@@ -120,14 +147,22 @@ def projected_label_smoothed_nll(
     loss is computed in the forward pass for the common case (backward of ``loss.sum()``
     times a constant, the NLL only logged) and exactly recomputed otherwise.
 
+    With ``compute_dtype=torch.bfloat16`` (bf16 mixed precision) the three matrix multiplies
+    per chunk (logits, and the gradients of hidden and weight) run in bf16, the weight cast
+    once per call; the log-softmax, the losses and the logits' gradient are float32, and the
+    weight's gradient is accumulated over the chunks in the weight's own dtype (float32: the
+    master weights). The hidden states' gradient comes back in their dtype.
+
     Args:
         hidden: (N, D) decoder states of the non-padding target positions.
         weight: (V, D) output projection (no bias).
         target: (N,) gold ids, none of them padding.
         epsilon: label smoothing.
         chunk_rows: tokens per chunk.
+        compute_dtype: dtype of the multiplies (default: hidden's).
     """
-    loss, nll = _ProjectedSmoothedNLL.apply(hidden, weight, target, epsilon, chunk_rows)
+    dtype = compute_dtype or hidden.dtype
+    loss, nll = _ProjectedSmoothedNLL.apply(hidden, weight, target, epsilon, chunk_rows, dtype)
     return LossOutput(loss=loss.sum(), nll=nll.sum(), n_tokens=int(target.numel()))
 
 
@@ -145,54 +180,68 @@ def _chunks(
 ) -> None:
     """Project ``hidden`` chunk by chunk and fill what is given.
 
-    ``losses``: (loss, nll), each (N,), receive the per-token values. ``grads``: (grad_h
-    (N, D), grad_w (V, D), zeroed) receive the gradient weighted by ``on_loss``/``on_nll``
-    (see :func:`_logit_grad_`).
+    ``hidden`` (N, D) and ``weight`` (V, D) are in the compute dtype. ``losses``: (loss, nll),
+    each (N,), receive the per-token values. ``grads``: (grad_h (N, D) in the compute dtype,
+    grad_w (V, D) zeroed, in any float dtype) receive the gradient weighted by
+    ``on_loss``/``on_nll`` (see :func:`_logit_grad_`).
     """
+    soft_dtype = torch.promote_types(hidden.dtype, torch.float32)
     for start in range(0, hidden.size(0), chunk_rows):
         end = min(start + chunk_rows, hidden.size(0))
         h, t = hidden[start:end], target[start:end]
-        log_probs = (h @ weight.t()).log_softmax(dim=-1)  # (n, V), in cache
+        log_probs = (h @ weight.t()).log_softmax(dim=-1, dtype=soft_dtype)  # (n, V), in cache
         if losses is not None:
             losses[0][start:end], losses[1][start:end] = _smoothed(log_probs, t, epsilon)
         if grads is not None:
             weights = (None, None) if on_loss is None else (on_loss[start:end], on_nll[start:end])
-            g = _logit_grad_(log_probs.exp_(), t, epsilon, *weights)
+            g = _logit_grad_(log_probs.exp_(), t, epsilon, *weights).to(hidden.dtype)
             torch.mm(g, weight, out=grads[0][start:end])
-            grads[1].addmm_(g.t(), h)
+            if grads[1].dtype == g.dtype:
+                grads[1].addmm_(g.t(), h)
+            else:  # a bf16 product per chunk, summed in float32
+                grads[1].add_(torch.mm(g.t(), h))
 
 
 class _ProjectedSmoothedNLL(torch.autograd.Function):
     """Chunked ``hidden @ weight.T`` -> per-token (loss, nll); see projected_label_smoothed_nll.
 
-    Float32 or float64 inputs (the caller falls back to the unfused path otherwise).
+    Computes in float32, float64 or bfloat16 (``compute_dtype``), whatever autocast says:
+    the multiplies take the dtype they are given.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, epsilon, chunk_rows):
-        losses = hidden.new_empty(hidden.size(0)), hidden.new_empty(hidden.size(0))
-        # The gradient of loss.sum(), computed while each chunk is in cache: used as is
-        # when that (times a constant) is what the backward asks for.
-        grads = None
-        if any(ctx.needs_input_grad[:2]):
-            grads = torch.empty_like(hidden), torch.zeros_like(weight)
-        _chunks(hidden, weight, target, epsilon, chunk_rows, losses=losses, grads=grads)
-        ctx.save_for_backward(hidden, weight, target, *(grads or (None, None)))
+    def forward(ctx, hidden, weight, target, epsilon, chunk_rows, compute_dtype=None):
+        compute_dtype = compute_dtype or hidden.dtype
+        with torch.autocast(hidden.device.type, enabled=False):
+            h, w = hidden.to(compute_dtype), weight.to(compute_dtype)  # no-ops in float32
+            n = h.size(0)
+            loss_dtype = torch.promote_types(compute_dtype, torch.float32)
+            losses = h.new_empty(n, dtype=loss_dtype), h.new_empty(n, dtype=loss_dtype)
+            # The gradient of loss.sum(), computed while each chunk is in cache: used as is
+            # when that (times a constant) is what the backward asks for.
+            grads = None
+            if any(ctx.needs_input_grad[:2]):
+                grads = torch.empty_like(h), torch.zeros_like(weight)
+            _chunks(h, w, target, epsilon, chunk_rows, losses=losses, grads=grads)
+        ctx.save_for_backward(h, w, target, *(grads or (None, None)))
         ctx.epsilon, ctx.chunk_rows = epsilon, chunk_rows
+        ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
         return losses
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
-        hidden, weight, target, grad_h, grad_w = ctx.saved_tensors
-        if hidden.size(0) == 0:
-            return torch.zeros_like(hidden), torch.zeros_like(weight), None, None, None
+        h, w, target, grad_h, grad_w = ctx.saved_tensors
+        if h.size(0) == 0:
+            return (torch.zeros_like(h, dtype=ctx.hidden_dtype),
+                    torch.zeros_like(w, dtype=ctx.weight_dtype), None, None, None, None)  # fmt: skip
         if not bool(grad_nll.any()) and bool((grad_loss == grad_loss[0]).all()):
             scale = grad_loss[0]
-            return grad_h * scale, grad_w * scale, None, None, None
+            return ((grad_h * scale).to(ctx.hidden_dtype), grad_w * scale,
+                    None, None, None, None)  # fmt: skip
         # General case (per-token weights, or the NLL differentiated too): recompute exactly.
-        grads = torch.empty_like(hidden), torch.zeros_like(weight)
+        grads = torch.empty_like(h), torch.zeros_like(w, dtype=ctx.weight_dtype)
         _chunks(
-            hidden, weight, target, ctx.epsilon, ctx.chunk_rows,
+            h, w, target, ctx.epsilon, ctx.chunk_rows,
             losses=None, grads=grads, on_loss=grad_loss, on_nll=grad_nll,
         )  # fmt: skip
-        return *grads, None, None, None
+        return grads[0].to(ctx.hidden_dtype), grads[1], None, None, None, None

@@ -6,6 +6,7 @@ Layout::
       config.yaml          the resolved experiment config (every key)
       spm.model            SentencePiece model (or spm.src.model + spm.tgt.model)
       model.safetensors    inference weights (averaged or best checkpoint); no pickle
+      parent.json          only for a fine-tuned model: its parent's path and manifest sha256
       manifest.json        format name + version, the sha256 of each file above, and the
                            sha256 of the manifest's own content
       checkpoints/         Lightning training checkpoints (training and resume only)
@@ -57,6 +58,8 @@ CONFIG_FILE = "config.yaml"
 WEIGHTS_FILE = "model.safetensors"
 MANIFEST_FILE = "manifest.json"
 SPM_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
+PARENT_FILE = "parent.json"
+"""A fine-tuned model's parent (path, manifest sha256; seq2seq/finetune.py), when it has one."""
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 
 
@@ -109,7 +112,7 @@ def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _manifest_files(model_dir: Path) -> list[str]:
     names = [CONFIG_FILE, WEIGHTS_FILE]
-    names += [n for n in SPM_FILES if (model_dir / n).is_file()]
+    names += [n for n in (*SPM_FILES, PARENT_FILE) if (model_dir / n).is_file()]
     return names
 
 

@@ -31,8 +31,11 @@ def _model_id(model_dir: Path) -> str:
     return str(model_dir.resolve())
 
 
-def fingerprint(*, input_path: str, model_dir: str | Path, engine: str, options: dict) -> dict:
-    """The record of one translation run (JSON-able)."""
+def fingerprint(
+    *, input_path: str, model_dir: str | Path | list, engine: str, options: dict
+) -> dict:
+    """The record of one translation run (JSON-able); ``model_dir``: one or several (an
+    ensemble)."""
     if input_path == "-":
         source: dict | str = "<stdin>"
     else:
@@ -44,7 +47,11 @@ def fingerprint(*, input_path: str, model_dir: str | Path, engine: str, options:
         }
     return {
         "input": source,
-        "model": _model_id(Path(model_dir)),
+        "model": (
+            [_model_id(Path(d)) for d in model_dir]
+            if isinstance(model_dir, (list, tuple))
+            else _model_id(Path(model_dir))
+        ),
         "engine": engine,
         "options": {k: v for k, v in sorted(options.items())},
     }

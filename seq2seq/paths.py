@@ -132,8 +132,14 @@ def _check_output_dir(path: Path, what: str) -> None:
         raise PathError(f"{what} {shown} is not writable")
 
 
-def _pairs(items: Iterable[tuple[str, str | Path | None]] | None) -> list[tuple[str, Path]]:
-    return [(what, Path(p)) for what, p in (items or []) if p is not None and str(p) != "-"]
+def _pairs(items: Iterable[tuple[str, object]] | None) -> list[tuple[str, Path]]:
+    """``(what, path)`` pairs; a list of paths (an ensemble's model directories) is each one."""
+    out = []
+    for what, given in items or []:
+        for p in given if isinstance(given, (list, tuple)) else [given]:
+            if p is not None and str(p) != "-":
+                out.append((what, Path(p)))
+    return out
 
 
 def check_paths(
@@ -148,7 +154,7 @@ def check_paths(
 
     Each argument is a list of ``(what, path)``: ``what`` names the option in the error
     (``"-o"``, ``"--out"``, ``"training file"``); a None path or ``-`` (standard input or
-    output) is skipped. ``replaced_dirs`` are output folders that the command replaces as a
+    output) is skipped, and a list of paths stands for each of them. ``replaced_dirs`` are output folders that the command replaces as a
     whole (``export --force``, ``average``): besides the output-folder checks, none may be an
     input or hold one.
 

@@ -25,13 +25,14 @@ EOS; ``max_lens = m`` here is fairseq's ``max_len = m - 1``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
 from torch import Tensor
 
+from seq2seq.constraints import Constraints, ConstraintState, StepRules, allocate
 from seq2seq.errors import UserError
 
 __all__ = [
@@ -61,19 +62,25 @@ class Hypothesis:
 
     Attributes:
         tokens: generated token ids, EOS included (last) when the hypothesis ended with EOS;
-            never the start token. Every search here ends every hypothesis with EOS.
-        score: ``sum(token_scores) / len(tokens) ** len_penalty`` (fairseq normalization).
+            never the start token; a forced prefix first. Every search here ends every
+            hypothesis with EOS.
+        score: ``sum(token_scores) / (len(tokens) - prefix_len) ** len_penalty`` (fairseq
+            normalization; the prefix is given, not searched, so it does not count).
         token_scores: log-probability of each generated token as it entered the score (after
-            the unk penalty; for sampling, under the temperature-scaled distribution).
+            the unk penalty; for sampling, under the temperature-scaled distribution); 0.0 for
+            the prefix tokens.
         attention: (len(tokens), S) cross-attention rows, row i from the step that produced
             ``tokens[i]``, on the CPU; None unless an ``attention`` callable was given. S is the
             source length the step sees (the batch's padded length): trim to the sentence's own.
+            Rows of prefix tokens decoded in the one-pass prefix step are zeros.
+        prefix_len: tokens of the forced prefix at the start of ``tokens``.
     """
 
     tokens: list[int]
     score: float
     token_scores: list[float]
     attention: Tensor | None = None
+    prefix_len: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,13 +161,17 @@ def _constrain(
     no_repeat_ngram: int,
     unk_id: int | None,
     unk_penalty: float,
+    extra: StepRules | None = None,
 ) -> Tensor:
     """Apply the search rules to one step's log-probabilities (a new tensor; input untouched).
 
     In fairseq's order: NaN -> -inf; pad and BOS never chosen (BOS only starts a prefix); ``unk_penalty`` subtracted from unk;
     n-gram repeats -> -inf; EOS forbidden while fewer than ``min_len`` tokens were generated;
     rows at their max length may only emit EOS. The forced EOS wins over ``min_len`` (fairseq
-    would leave no token at all there; it asserts ``min_len <= max_len`` instead).
+    would leave no token at all there; it asserts ``min_len <= max_len`` instead). Then the
+    constraint rules of ``extra`` (seq2seq.constraints): banned tokens (avoid) -> -inf, EOS
+    -inf in rows whose constraints are not met yet, and a row with a forced prefix token may
+    only take that token, at log-prob 0 (the prefix is given, not scored).
 
     Beam and greedy search mostly skip this function (:func:`_fused_columns` applies the same
     rules to a few columns per row): a rule added here must be added to
@@ -170,6 +181,7 @@ def _constrain(
         log_probs: (N, V) from the step function; half precision is promoted to float32.
         prefix: (N, t+1) tokens so far, BOS first.
         max_lens: (N,) max length (EOS included) of each row's sentence.
+        extra: the constraint rules of this step, or None.
 
     Returns:
         (N, V) constrained log-probabilities.
@@ -197,6 +209,19 @@ def _constrain(
         only_eos = torch.full_like(lp, _NEG_INF)
         only_eos[:, eos_id] = eos_lp
         lp = torch.where(forced[:, None], only_eos, lp)
+    if extra is not None:
+        if extra.banned is not None:
+            ban = torch.zeros(lp.size(0), vocab_size + 1, dtype=torch.bool, device=lp.device)
+            ban.scatter_(1, extra.banned.masked_fill(extra.banned < 0, vocab_size), True)
+            lp = lp.masked_fill(ban[:, :vocab_size], _NEG_INF)
+        if extra.eos_blocked is not None:
+            lp[:, eos_id] = lp[:, eos_id].masked_fill(extra.eos_blocked, _NEG_INF)
+        if extra.forced is not None:
+            rows = extra.forced >= 0  # (N,)
+            if bool(rows.any()):
+                one = torch.full_like(lp, _NEG_INF)
+                one.scatter_(1, extra.forced.clamp(min=0)[:, None], 0.0)
+                lp = torch.where(rows[:, None], one, lp)
     return lp
 
 
@@ -207,7 +232,6 @@ _FUSED_MIN_VOCAB = 64
 def _constrain_columns(
     vals: Tensor,
     toks: Tensor,
-    eos_col: int,
     generated: int,
     max_lens: Tensor,
     *,
@@ -217,14 +241,15 @@ def _constrain_columns(
     min_len: int,
     unk_id: int | None,
     unk_penalty: float,
+    extra: StepRules | None = None,
 ) -> Tensor:
-    """:func:`_constrain`'s rules (but the n-gram ban) on some columns of each row.
+    """:func:`_constrain`'s rules (but the n-gram ban and forced prefix tokens) on some columns.
 
     Args:
-        vals: (N, C) log-probs of the tokens ``toks`` (N, C), no NaN; column ``eos_col`` holds
-            EOS in every row, and no other column does.
+        vals: (N, C) log-probs of the tokens ``toks`` (N, C), no NaN.
         generated: tokens generated so far (BOS not counted).
         max_lens: (N,) max length of each row's sentence.
+        extra: the constraint rules (banned tokens, blocked EOS); ``forced`` must be unset.
 
     Returns:
         (N, C) the constrained values: exactly what :func:`_constrain` gives those tokens.
@@ -235,14 +260,18 @@ def _constrain_columns(
     vals = vals.masked_fill(banned, _NEG_INF)
     if unk_id is not None and unk_penalty:
         vals = torch.where(toks == unk_id, vals - unk_penalty, vals)
-    eos_lp = vals[:, eos_col].clone()  # (N,) kept for the forced rows
-    if generated < min_len:
-        vals[:, eos_col] = _NEG_INF
+    is_eos = toks == eos_id  # (N, C)
     forced = generated + 1 >= max_lens  # (N,)
+    if generated < min_len:  # the forced EOS (the pre-min_len value) wins over min_len
+        vals = vals.masked_fill(is_eos & ~forced[:, None], _NEG_INF)
     if bool(forced.any()):
-        only_eos = torch.full_like(vals, _NEG_INF)
-        only_eos[:, eos_col] = eos_lp
-        vals = torch.where(forced[:, None], only_eos, vals)
+        vals = vals.masked_fill(forced[:, None] & ~is_eos, _NEG_INF)
+    if extra is not None:
+        if extra.banned is not None:
+            hit = (toks[:, :, None] == extra.banned[:, None, :]).any(-1)  # (N, C)
+            vals = vals.masked_fill(hit, _NEG_INF)
+        if extra.eos_blocked is not None:
+            vals = vals.masked_fill(is_eos & extra.eos_blocked[:, None], _NEG_INF)
     return vals
 
 
@@ -259,11 +288,12 @@ def _fused_columns(
     no_repeat_ngram: int,
     unk_id: int | None,
     unk_penalty: float,
+    extra: StepRules | None = None,
 ) -> tuple[Tensor, Tensor, Tensor] | None:
     """Each row's columns that can hold its ``n_best`` best constrained log-probs.
 
-    Those are among the row's ``n_best + 4`` best raw log-probs (the rules lower at most pad,
-    BOS, EOS and unk) plus EOS and unk themselves (the rules may raise them: a forced EOS, a
+    Those are among the row's ``n_best + 4 + A`` best raw log-probs (the rules lower at most pad,
+    BOS, EOS, unk and the A tokens ``extra`` bans) plus EOS and unk themselves (the rules may raise them: a forced EOS, a
     negative unk penalty), taken as extra columns and removed from the top-k part. One top-k
     reads the (N, V) matrix once, where :func:`_constrain` writes a copy of it.
 
@@ -272,30 +302,34 @@ def _fused_columns(
         in float32 or wider, and (N,) a bound on the constrained log-prob of every other
         token of the row (the smallest raw log-prob of the top-k part; -inf in rows where only
         EOS is allowed); or None when the exact path must run: a NaN in the step's output (it
-        ranks first in a top-k), an n-gram ban (any number of tokens per row), or a small
-        vocabulary.
+        ranks first in a top-k), an n-gram ban (any number of tokens per row), a forced prefix
+        token (maybe outside the columns), or a small vocabulary.
     """
     rows, V = log_probs.shape
     k = n_best + 4
+    if extra is not None:
+        if extra.forced is not None and bool((extra.forced >= 0).any()):
+            return None
+        if extra.banned is not None:
+            k += extra.banned.size(1)
     if no_repeat_ngram > 0 or V < max(_FUSED_MIN_VOCAB, 2 * k):
         return None
     vals, toks = log_probs.topk(k, dim=1)  # (N, k) one read of the (N, V) matrix
     if bool(vals.isnan().any()):
         return None
     outside = vals[:, -1]
-    extra = [eos_id]
+    extra_cols = [eos_id]
     if unk_id is not None and unk_penalty and unk_id != eos_id:
-        extra.append(unk_id)
-    extra_ids = torch.tensor(extra, device=toks.device)  # (E,)
+        extra_cols.append(unk_id)
+    extra_ids = torch.tensor(extra_cols, device=toks.device)  # (E,)
     dup = (toks[:, :, None] == extra_ids).any(-1)  # (N, k) taken as extra columns instead
     toks = torch.cat([toks.masked_fill(dup, pad_id), extra_ids.expand(rows, -1)], 1)
-    vals = torch.cat([vals.masked_fill(dup, _NEG_INF), log_probs[:, extra]], 1)
+    vals = torch.cat([vals.masked_fill(dup, _NEG_INF), log_probs[:, extra_cols]], 1)
     if vals.dtype in (torch.float16, torch.bfloat16):
         vals, outside = vals.float(), outside.float()
     vals = _constrain_columns(
         vals,
         toks,
-        k,
         generated,
         max_lens,
         eos_id=eos_id,
@@ -304,6 +338,7 @@ def _fused_columns(
         min_len=min_len,
         unk_id=unk_id,
         unk_penalty=unk_penalty,
+        extra=extra,
     )  # (N, C)
     outside = outside.masked_fill(generated + 1 >= max_lens, _NEG_INF)  # forced rows: EOS only
     return vals, toks, outside
@@ -346,6 +381,7 @@ def _beam_candidates(
     no_repeat_ngram: int,
     unk_id: int | None,
     unk_penalty: float,
+    extra: StepRules | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The best 2K (beam, token) continuations of each sentence, by cumulative log-prob.
 
@@ -366,6 +402,7 @@ def _beam_candidates(
         prefix: (N, t+1) tokens so far, BOS first.
         max_lens: (N,) max length of each row's sentence.
         scores: (N,) cumulative log-prob of each beam (-inf for dead beams).
+        extra: the constraint rules of this step (prefix, avoid, blocked EOS), or None.
 
     Returns:
         (cand_scores, cand_beam, cand_tok, cand_lp), each (Ba, n_cand) with n_cand =
@@ -388,6 +425,7 @@ def _beam_candidates(
         no_repeat_ngram=no_repeat_ngram,
         unk_id=unk_id,
         unk_penalty=unk_penalty,
+        extra=extra,
     )
     if fused is not None:
         vals, toks, _ = fused  # (N, C) each
@@ -408,11 +446,153 @@ def _beam_candidates(
         no_repeat_ngram=no_repeat_ngram,
         unk_id=unk_id,
         unk_penalty=unk_penalty,
+        extra=extra,
     )  # (N, V)
     cum = (scores.to(lp.dtype)[:, None] + lp).view(Ba, K * V)  # (Ba, K*V)
     cand_scores, cand_idx = cum.topk(n_cand, dim=1)  # (Ba, 2K), best first
     cand_lp = lp.view(Ba, K * V).gather(1, cand_idx)  # (Ba, 2K)
     return cand_scores, cand_idx // V, cand_idx % V, cand_lp
+
+
+def _dba_candidates(
+    log_probs: Tensor,
+    prefix: Tensor,
+    max_lens: Tensor,
+    scores: Tensor,
+    cstate: ConstraintState,
+    *,
+    beam_size: int,
+    rules: dict,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """:func:`_beam_candidates` under positive constraints: dynamic beam allocation.
+
+    Each beam proposes its own 2K best tokens (constrained log-probs, the rules of
+    :func:`_constrain` and of ``cstate``) plus the tokens that advance one of its constraints
+    (:meth:`ConstraintState.next_tokens`, when not already among them). A candidate that would
+    leave too few tokens before the max length to meet the remaining constraints is dropped
+    (-inf): the token that advances the most advanced phrase always fits, so a sentence never
+    runs out of room (its max length was raised to fit the constraints), unless that token is
+    banned (an avoided phrase, an n-gram repeat). For that a sentence keeps a reserve of spare
+    tokens (:meth:`ConstraintState.reserve_of_rows`) while any candidate can. The sentence's
+    candidates are then grouped in banks by the constraint tokens met and taken in turns
+    (:func:`seq2seq.constraints.allocate`); with no constraint this is the plain order.
+
+    Returns:
+        As :func:`_beam_candidates`, (Ba, 2K) each, in allocation order.
+    """
+    K = beam_size
+    rows, V = log_probs.shape
+    Ba = rows // K
+    generated = prefix.size(1) - 1
+    eos_id = rules["eos_id"]
+    M = min(2 * K, V)
+    extra = cstate.rules(generated)
+    fused = _fused_columns(log_probs, M, generated, max_lens, **rules, extra=extra)
+    nxt = cstate.next_tokens()  # (N, P), -1: none
+    if fused is not None:
+        vals, toks, _ = fused
+        vals, pos = vals.topk(M, dim=1)  # (N, M) the row's M best constrained tokens
+        toks = toks.gather(1, pos)
+        nxt_vals = torch.nan_to_num(
+            log_probs.gather(1, nxt.clamp(min=0)).to(vals.dtype), nan=_NEG_INF
+        )
+        rule_args = {k: v for k, v in rules.items() if k != "no_repeat_ngram"}
+        nxt_vals = _constrain_columns(
+            nxt_vals, nxt.clamp(min=0), generated, max_lens, **rule_args, extra=extra
+        )
+    else:
+        lp = _constrain(log_probs, prefix, max_lens, **rules, extra=extra)  # (N, V)
+        vals, toks = lp.topk(M, dim=1)
+        nxt_vals = lp.gather(1, nxt.clamp(min=0))
+    if nxt.size(1):
+        P = nxt.size(1)
+        dup = (nxt[:, :, None] == toks[:, None, :]).any(-1) | (nxt < 0)  # (N, P)
+        earlier = torch.ones(P, P, dtype=torch.bool, device=nxt.device).tril(-1)
+        dup |= ((nxt[:, :, None] == nxt[:, None, :]) & earlier).any(-1)
+        vals = torch.cat([vals, nxt_vals.masked_fill(dup, _NEG_INF)], 1)
+        toks = torch.cat([toks, nxt.clamp(min=0)], 1)
+    C = toks.size(1)
+    met = cstate.met_after(toks)  # (N, C)
+    room = max_lens - generated - 2  # (N,) tokens allowed after this one, before EOS
+    slack = room[:, None] - cstate.needed(met)  # (N, C) tokens to spare after the candidate
+    # Keep the sentence's reserve of spare tokens (for a way around a banned token) while
+    # some candidate can; never go below 0 (the constraints would no longer fit).
+    best = slack.masked_fill(~vals.isfinite(), -1).amax(1, keepdim=True)  # (N, 1)
+    keep = torch.minimum(best, cstate.reserve_of_rows()[:, None]).clamp(min=0)
+    fits = (toks == eos_id) | (slack >= keep)
+    vals = vals.masked_fill(~fits, _NEG_INF)
+    cum = (scores.to(vals.dtype)[:, None] + vals).view(Ba, K * C)
+    total = cstate.total_of_rows().view(Ba, K)[:, 0]  # (Ba,)
+    pos = allocate(
+        cum, met.view(Ba, K * C), total, min(2 * K, K * C), total_max=cstate.total_max
+    )  # (Ba, 2K)
+    return (
+        cum.gather(1, pos),
+        pos // C,
+        toks.view(Ba, K * C).gather(1, pos),
+        vals.view(Ba, K * C).gather(1, pos),
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Constraints: the start state, the length limit, the one-pass prefix
+
+
+def _start_constraints(
+    constraints: Sequence[Constraints] | None,
+    max_lens: Tensor,
+    device: torch.device,
+    *,
+    no_repeat_ngram: int = 0,
+) -> tuple[ConstraintState | None, Tensor]:
+    """The constraint state (B rows) and the max lengths, raised where the constraints need it.
+
+    A sentence's max length (EOS counted) becomes at least ``len(prefix) + (tokens of its
+    include phrases) + 1 + reserve``, so that the prefix and every phrase fit, one after the
+    other; the reserve (:meth:`ConstraintState.reserve_of_rows`) is the number of include
+    phrases when tokens may be banned (avoided phrases, ``no_repeat_ngram``), else 0.
+    None when no sentence has a constraint (the search runs exactly as without).
+    """
+    if constraints is None or all(c.empty for c in constraints):
+        return None, max_lens
+    if len(constraints) != max_lens.size(0):
+        raise ValueError(f"{len(constraints)} constraints for {max_lens.size(0)} sentences")
+    cstate = ConstraintState.start(constraints, device, bans=no_repeat_ngram > 0)
+    bans = no_repeat_ngram > 0
+    need = torch.tensor([c.needed_len(bans=bans) for c in constraints], device=max_lens.device)
+    return cstate, torch.maximum(max_lens, need)
+
+
+def _prefix_pass(
+    step: StepFn,
+    state: State,
+    cstate: ConstraintState | None,
+    *,
+    bos_id: int,
+    device: torch.device,
+    attention: AttentionFn | None,
+) -> tuple[Tensor, Tensor, Tensor | None, State, ConstraintState] | None:
+    """Feed BOS and the prefix tokens every sentence has through one step call (B rows).
+
+    With a KV cache the step decodes those m + 1 positions in one forward pass. Sentences with
+    a longer prefix get their remaining prefix tokens forced one per step (the rule
+    :meth:`ConstraintState.rules` gives); their log-probs are not scored either.
+
+    Returns:
+        (tokens (B, m+1), log-probs (B, V) after them, attention (B, S) or None, the new
+        state, the constraint state advanced over the m tokens), or None when m = 0.
+    """
+    if cstate is None or cstate.common_prefix == 0:
+        return None
+    m = cstate.common_prefix
+    block = cstate.prefix_block(m)  # (B, m)
+    bos = torch.full((block.size(0), 1), bos_id, dtype=torch.long, device=device)
+    tokens = torch.cat([bos, block], dim=1)  # (B, m+1)
+    log_probs, state = step(tokens, state)
+    step_attn = attention(state) if attention is not None else None
+    for j in range(m):
+        cstate = cstate.advance(block[:, j])
+    return tokens, log_probs, step_attn, state, cstate
 
 
 # ---------------------------------------------------------------------------------------------
@@ -438,6 +618,7 @@ def beam_search(
     unk_penalty: float = 0.0,
     attention: AttentionFn | None = None,
     device: torch.device | str | None = None,
+    constraints: Sequence[Constraints] | None = None,
 ) -> list[list[Hypothesis]]:
     """Beam search with fairseq's ``SequenceGenerator`` semantics, vectorized over sentences.
 
@@ -488,6 +669,11 @@ def beam_search(
         attention: optional ``attention(state) -> (N, S)``; collects per-hypothesis attention.
         device: where the prefix and bookkeeping tensors live; defaults to ``max_lens.device``
             when ``max_lens`` is a tensor, else the CPU. Must be the model's device.
+        constraints: per sentence, a :class:`~seq2seq.constraints.Constraints` (prefix,
+            ``include`` phrases, avoided phrases), or None. See :func:`_start_constraints` for
+            the prefix and the length limit; ``include`` phrases switch candidate selection
+            to dynamic beam allocation (:func:`_dba_candidates`): a hypothesis may only end
+            once it holds every phrase.
 
     Returns:
         Per sentence, up to ``nbest`` hypotheses, best normalized score first.
@@ -509,35 +695,52 @@ def beam_search(
     if batch_size == 0:
         return []
     K = beam_size
+    cstate, max_lens = _start_constraints(
+        constraints, max_lens, dev, no_repeat_ngram=no_repeat_ngram
+    )
     max_len_list = max_lens.tolist()
+    expand = torch.arange(batch_size, device=dev).repeat_interleave(K)  # (B*K,)
 
-    state = reorder(state, torch.arange(batch_size, device=dev).repeat_interleave(K))  # N = B*K
     alive = torch.arange(batch_size, device=dev)  # (Ba,) sentence id of each live sentence
     alive_list = alive.tolist()
-    tokens = torch.full((batch_size * K, 1), bos_id, dtype=torch.long, device=dev)  # (N, t+1)
     # Cumulative log-prob per beam. All K beams start identical; only beam 0 is live at first
     # (the others at -inf), which is fairseq's "use only the first beam at step 0".
     scores = torch.full((batch_size, K), _NEG_INF, device=dev)
     scores[:, 0] = 0.0
     scores = scores.view(-1)  # (N,)
-    token_scores = torch.zeros((batch_size * K, 0), device=dev)  # (N, t)
-    attn: Tensor | None = None  # (N, t, S)
     finalized: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
+    plen = [0] * batch_size if cstate is None else cstate.prefix_list
 
-    for t in range(int(max_lens.max())):
-        log_probs, state = step(tokens, state)  # (N, V)
+    first = _prefix_pass(step, state, cstate, bos_id=bos_id, device=dev, attention=attention)
+    if first is None:
+        state = reorder(state, expand)  # N = B*K
+        tokens = torch.full((batch_size * K, 1), bos_id, dtype=torch.long, device=dev)
+        pending = None
+        t0 = 0
+    else:  # the prefix tokens every sentence has went through the model once, on B rows
+        tokens, pending, step_attn0, state, cstate = first
+        state = reorder(state, expand)
+        tokens, pending = tokens[expand], pending[expand]
+        step_attn0 = None if step_attn0 is None else step_attn0[expand]
+        t0 = tokens.size(1) - 1
+    if cstate is not None:
+        cstate = cstate.reorder(expand)
+    token_scores = torch.zeros((batch_size * K, t0), device=dev)  # (N, t), prefix: 0
+    attn: Tensor | None = None  # (N, t, S)
+
+    for t in range(t0, int(max_lens.max())):
+        if pending is not None:
+            log_probs, pending = pending, None
+            step_attn = step_attn0
+        else:
+            log_probs, state = step(tokens, state)  # (N, V)
+            step_attn = attention(state) if attention is not None else None  # (N, S)
         Ba = len(alive_list)
-        step_attn = attention(state) if attention is not None else None  # (N, S)
-        if step_attn is not None and attn is None:
-            attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
+        if step_attn is not None and attn is None:  # no attention for the one-pass prefix
+            attn = step_attn.new_zeros((step_attn.size(0), t0, step_attn.size(1)))
 
         # Candidates: the best 2K (beam, token) continuations of each sentence.
-        cand_scores, cand_beam, cand_tok, cand_lp = _beam_candidates(
-            log_probs,
-            tokens,
-            max_lens[alive].repeat_interleave(K),
-            scores,
-            beam_size=K,
+        rules = dict(
             eos_id=eos_id,
             pad_id=pad_id,
             bos_id=bos_id,
@@ -545,7 +748,17 @@ def beam_search(
             no_repeat_ngram=no_repeat_ngram,
             unk_id=unk_id,
             unk_penalty=unk_penalty,
-        )  # each (Ba, 2K), best first; cand_lp is the token's own (constrained) log-prob
+        )
+        row_max = max_lens[alive].repeat_interleave(K)  # (N,)
+        if cstate is not None and cstate.has_include:
+            cand_scores, cand_beam, cand_tok, cand_lp = _dba_candidates(
+                log_probs, tokens, row_max, scores, cstate, beam_size=K, rules=rules
+            )  # each (Ba, 2K), in allocation order
+        else:
+            extra = None if cstate is None else cstate.rules(t)
+            cand_scores, cand_beam, cand_tok, cand_lp = _beam_candidates(
+                log_probs, tokens, row_max, scores, beam_size=K, **rules, extra=extra
+            )  # each (Ba, 2K), best first; cand_lp is the token's own (constrained) log-prob
         n_cand = cand_scores.size(1)
         scores = scores.to(cand_lp.dtype)
         token_scores = token_scores.to(cand_lp.dtype)
@@ -561,7 +774,12 @@ def beam_search(
             hyp_token_scores = torch.cat(
                 [token_scores[rows], cand_lp[s_idx, c_idx, None]], dim=1
             ).tolist()  # F x (t+1)
-            hyp_scores = (cand_scores[s_idx, c_idx] / (t + 1) ** len_penalty).tolist()
+            denom = torch.tensor(
+                [(t + 1 - plen[alive_list[a]]) ** len_penalty for a in s_idx.tolist()],
+                dtype=cand_scores.dtype,
+                device=dev,
+            )  # (F,) the prefix is given, not scored: its tokens do not count
+            hyp_scores = (cand_scores[s_idx, c_idx] / denom).tolist()
             hyp_attn = None
             if attn is not None and step_attn is not None:
                 hyp_attn = torch.cat(
@@ -576,6 +794,7 @@ def beam_search(
                             score=hyp_scores[i],
                             token_scores=hyp_token_scores[i],
                             attention=None if hyp_attn is None else hyp_attn[i],
+                            prefix_len=plen[sent],
                         )
                     )
         done = [len(finalized[s]) >= K or t + 1 >= max_len_list[s] for s in alive_list]
@@ -610,6 +829,8 @@ def beam_search(
         if attn is not None and step_attn is not None:
             attn = torch.cat([attn[new_rows], step_attn[new_rows, None]], dim=1)  # (N', t+1, S)
         state = reorder(state, new_rows)
+        if cstate is not None:
+            cstate = cstate.reorder(new_rows).advance(new_tok.reshape(-1))
 
     return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finalized]
 
@@ -635,18 +856,32 @@ def _decode_one_each(
     unk_id: int | None,
     unk_penalty: float,
     attention: AttentionFn | None,
+    constraints: Sequence[Constraints] | None = None,
 ) -> list[Hypothesis]:
     """Extend each sentence by the token ``choose`` picks until EOS; drop finished rows.
 
     ``choose(lp (N, V)) -> (N,)`` picks one token per row of the constrained log-probs; rows
     without any finite entry get EOS instead, so every sentence ends. ``choose=None`` is the
     argmax (greedy search), which mostly runs without the (N, V) copy (:func:`_greedy_pick`).
+    ``constraints``: prefixes and avoided phrases (``include`` phrases need beam search).
     """
     dev = max_lens.device
+    if constraints is not None and any(c.include for c in constraints):
+        raise UserError("positive constraints need beam search (or greedy: beam size 1)")
+    cstate, max_lens = _start_constraints(
+        constraints, max_lens, dev, no_repeat_ngram=no_repeat_ngram
+    )
+    plen = [0] * batch_size if cstate is None else cstate.prefix_list
     results: list[Hypothesis | None] = [None] * batch_size
     alive = torch.arange(batch_size, device=dev)  # (N,) sentence id of each row
-    tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=dev)  # (N, t+1)
-    token_scores = torch.zeros((batch_size, 0), device=dev)  # (N, t)
+    first = _prefix_pass(step, state, cstate, bos_id=bos_id, device=dev, attention=attention)
+    pending = step_attn0 = None
+    if first is None:
+        tokens = torch.full((batch_size, 1), bos_id, dtype=torch.long, device=dev)  # (N, t+1)
+    else:
+        tokens, pending, step_attn0, state, cstate = first
+    t0 = tokens.size(1) - 1
+    token_scores = torch.zeros((batch_size, t0), device=dev)  # (N, t), the prefix: 0
     attn: Tensor | None = None  # (N, t, S)
 
     rules = dict(
@@ -658,27 +893,33 @@ def _decode_one_each(
         unk_id=unk_id,
         unk_penalty=unk_penalty,
     )
-    for _ in range(int(max_lens.max())):
-        log_probs, state = step(tokens, state)  # (N, V)
+    for t in range(t0, int(max_lens.max())):
+        if pending is not None:
+            log_probs, pending, step_attn = pending, None, step_attn0
+        else:
+            log_probs, state = step(tokens, state)  # (N, V)
+            step_attn = attention(state) if attention is not None else None  # (N, S)
+        extra = None if cstate is None else cstate.rules(t)
         picked = (
             None
             if choose is not None
-            else _greedy_pick(log_probs, tokens, max_lens[alive], **rules)
+            else _greedy_pick(log_probs, tokens, max_lens[alive], **rules, extra=extra)
         )
         if picked is not None:
             tok, tok_lp = picked[0], picked[1][:, None]  # (N,), (N, 1)
         else:
-            lp = _constrain(log_probs, tokens, max_lens[alive], **rules)  # (N, V)
+            lp = _constrain(log_probs, tokens, max_lens[alive], **rules, extra=extra)  # (N, V)
             dead = ~lp.isfinite().any(-1)  # (N,) nothing allowed: end the row
             tok = torch.where(dead, eos_id, (choose or _argmax)(lp))  # (N,)
             tok_lp = lp.gather(1, tok[:, None])  # (N, 1)
-        if attention is not None:
-            step_attn = attention(state)  # (N, S)
-            if attn is None:
-                attn = step_attn.new_zeros((step_attn.size(0), 0, step_attn.size(1)))
+        if step_attn is not None:
+            if attn is None:  # no attention rows for the one-pass prefix: zeros
+                attn = step_attn.new_zeros((step_attn.size(0), t0, step_attn.size(1)))
             attn = torch.cat([attn, step_attn[:, None]], dim=1)  # (N, t+1, S)
         tokens = torch.cat([tokens, tok[:, None]], dim=1)  # (N, t+2)
         token_scores = torch.cat([token_scores.to(tok_lp.dtype), tok_lp], dim=1)  # (N, t+1)
+        if cstate is not None:
+            cstate = cstate.advance(tok)
 
         done = (tok == eos_id) | (tokens.size(1) - 1 >= max_lens[alive])  # (N,)
         if not bool(done.any()):
@@ -691,15 +932,18 @@ def _decode_one_each(
         for i, sent in enumerate(alive[rows].tolist()):
             results[sent] = Hypothesis(
                 tokens=hyp_tokens[i],
-                score=totals[i] / len(hyp_tokens[i]) ** len_penalty,
+                score=totals[i] / (len(hyp_tokens[i]) - plen[sent]) ** len_penalty,
                 token_scores=hyp_token_scores[i],
                 attention=None if hyp_attn is None else hyp_attn[i],
+                prefix_len=plen[sent],
             )
         keep = (~done).nonzero().squeeze(1)  # (N',)
         if keep.numel() == 0:
             break
         state = reorder(state, keep)
         alive, tokens, token_scores = alive[keep], tokens[keep], token_scores[keep]
+        if cstate is not None:
+            cstate = cstate.reorder(keep)
         if attn is not None:
             attn = attn[keep]
 
@@ -724,6 +968,7 @@ def greedy_search(
     unk_penalty: float = 0.0,
     attention: AttentionFn | None = None,
     device: torch.device | str | None = None,
+    constraints: Sequence[Constraints] | None = None,
 ) -> list[Hypothesis]:
     """Pick the most probable token at every step; one hypothesis per sentence.
 
@@ -743,6 +988,8 @@ def greedy_search(
         unk_id, unk_penalty: subtract ``unk_penalty`` from the unk token's log-prob.
         attention: optional ``attention(state) -> (N, S)``.
         device: device of the prefix tensors (default: ``max_lens.device`` or the CPU).
+        constraints: per sentence, a forced prefix and avoided phrases (see
+            :func:`beam_search`); ``include`` phrases need beam search (a UserError here).
 
     Returns:
         One hypothesis per sentence, in input order.
@@ -773,6 +1020,7 @@ def greedy_search(
         unk_id=unk_id,
         unk_penalty=unk_penalty,
         attention=attention,
+        constraints=constraints,
     )
 
 
@@ -824,6 +1072,7 @@ def sample(
     unk_penalty: float = 0.0,
     attention: AttentionFn | None = None,
     device: torch.device | str | None = None,
+    constraints: Sequence[Constraints] | None = None,
 ) -> list[Hypothesis]:
     """Sample one hypothesis per sentence, reproducibly from ``seed``.
 
@@ -846,8 +1095,8 @@ def sample(
         top_k: sample among the k best tokens only (0: all).
         top_p: sample from the smallest set of best tokens with this much mass (1: all).
         seed: seed of the generator.
-        min_len, len_penalty, no_repeat_ngram, unk_id, unk_penalty, attention, device: as in
-            :func:`greedy_search`.
+        min_len, len_penalty, no_repeat_ngram, unk_id, unk_penalty, attention, device,
+            constraints: as in :func:`greedy_search`.
 
     Returns:
         One hypothesis per sentence, in input order.
@@ -899,4 +1148,5 @@ def sample(
         unk_id=unk_id,
         unk_penalty=unk_penalty,
         attention=attention,
+        constraints=constraints,
     )

@@ -15,7 +15,9 @@ Endpoints:
   server holds one). Errors are ``{"error": message}`` with a 4xx/5xx status, as there.
 - ``GET /languages``: LibreTranslate's list: each language ``{"code", "name", "targets"}``.
 - ``POST /v1/translate``: the native API, with the search options of ``seq2seq translate``
-  (:class:`TranslateRequest`), n-best lists and scores.
+  (:class:`TranslateRequest`), n-best lists and scores, and per-text ``prefix`` /
+  ``constraints`` / ``avoid`` (constrained decoding; such a text is one sentence; constrained
+  sentences of concurrent requests share batches too).
 - ``POST /v1/attention``: cross-attention weights of each sentence's translation (torch
   engine only), for the heatmap of the web page.
 - ``GET /health``, ``GET /v1/models`` (languages, engine, size, manifest hash, defaults).
@@ -175,9 +177,13 @@ class TranslateRequest(BaseModel):
 
     Search options left out (or null) keep the server's defaults (the model's ``decoding``
     section and the ``seq2seq serve`` options). Later fields join this model without changing
-    the existing ones: a boolean ``alignments`` next to ``scores``; per-text ``prefix`` /
-    ``constraints`` / ``avoid`` as lists aligned with ``text`` (such texts translated as one
-    sentence each); ``models`` (ids from ``GET /v1/models``) for an ensemble.
+    the existing ones: a boolean ``alignments`` next to ``scores``; ``models`` (ids from
+    ``GET /v1/models``) for an ensemble.
+
+    Constrained decoding (README, "Constrained decoding"): ``prefix`` (a text), ``constraints``
+    and ``avoid`` (lists of phrases) for a single ``text``; for a list of texts, lists aligned
+    with it (``null`` / ``[]`` for a text without). A text with any of them is translated as one
+    sentence (it may not hold a line break).
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -204,6 +210,16 @@ class TranslateRequest(BaseModel):
     top_k: int | None = Field(None, ge=0)
     top_p: float | None = Field(None, gt=0, le=1)
     seed: int | None = None
+    prefix: str | None | list[str | None] = Field(
+        None, description="per text: the output starts with this text (a list for a list of texts)"
+    )
+    constraints: list[str] | list[list[str]] | None = Field(
+        None, description="per text: phrases the output must hold (a list of lists for a list)"
+    )
+    avoid: list[str] | list[list[str]] | None = Field(
+        None, description="per text: phrases the output must not hold (as constraints)"
+    )
+    ordered: bool = Field(False, description="the constraints appear in their order")
 
     @field_validator("text", mode="before")
     @classmethod
@@ -447,6 +463,21 @@ class _Text:
     start: int
 
 
+@dataclass(frozen=True)
+class _Constrained:
+    """A sentence and its constraints: what the batcher queues for a constrained text."""
+
+    text: str
+    prefix: str
+    constraints: tuple[str, ...]
+    avoid: tuple[str, ...]
+    ordered: bool
+
+
+def _text_of(sentence: str | _Constrained) -> str:
+    return sentence.text if isinstance(sentence, _Constrained) else sentence
+
+
 class _Service:
     """The translator, its batcher and the request logic behind the endpoints."""
 
@@ -475,11 +506,87 @@ class _Service:
             )
 
         fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
-        return self.translator.translate_nbest(sentences, on_truncated=on_truncated, **fields)
+        # Plain sentences in one call, constrained ones by constraint order (one call each).
+        groups: dict[bool | None, list[int]] = {}
+        for i, x in enumerate(sentences):
+            groups.setdefault(x.ordered if isinstance(x, _Constrained) else None, []).append(i)
+        out: list = [None] * len(sentences)
+        for ordered, idx in groups.items():
+            items = [sentences[i] for i in idx]
+            kwargs: dict[str, Any] = {}
+            if ordered is not None:
+                kwargs = dict(
+                    prefix=[x.prefix for x in items],
+                    constraints=[list(x.constraints) for x in items],
+                    avoid=[list(x.avoid) for x in items],
+                    ordered=ordered,
+                )
+            results = self.translator.translate_nbest(
+                [_text_of(x) for x in items], on_truncated=on_truncated, **kwargs, **fields
+            )
+            for i, r in zip(idx, results):
+                out[i] = r
+        return out
 
     def _count_tokens(self, sentences: list[str]) -> list[int]:
-        ids = self.translator.encode(sentences, on_truncated=lambda _i, _n: None)
+        texts = [_text_of(x) for x in sentences]
+        ids = self.translator.encode(texts, on_truncated=lambda _i, _n: None)
         return [len(x) for x in ids]
+
+    def constrained(self, req: TranslateRequest, texts: list[str], opts: SearchOptions) -> dict:
+        """Per text index, its :class:`_Constrained` sentence (checked now, on the event loop,
+        so that a bad constraint is this request's 400 and never fails a shared batch)."""
+        batch = isinstance(req.text, list)
+
+        def per_text(value: Any, name: str, single: type) -> list:
+            if value is None:
+                return [None] * len(texts)
+            if not batch:
+                if not isinstance(value, single):
+                    raise RequestError(400, f"{name} must be a {single.__name__} for one text")
+                return [value]
+            if not isinstance(value, list) or len(value) != len(texts):
+                raise RequestError(
+                    400, f"{name} must be a list with one entry per text ({len(texts)})"
+                )
+            return value
+
+        prefixes = per_text(req.prefix, "prefix", str)
+        includes = per_text(req.constraints, "constraints", list)
+        avoids = per_text(req.avoid, "avoid", list)
+        out = {}
+        for k, text in enumerate(texts):
+            p, inc, av = prefixes[k] or "", list(includes[k] or []), list(avoids[k] or [])
+            if not (p or inc or av):
+                continue
+            where = f"text[{k}]" if batch else "text"
+            for name, value in (("prefix", [p]), ("constraints", inc), ("avoid", av)):
+                if not all(isinstance(x, str) for x in value):
+                    raise RequestError(400, f"{name} of {where} must hold strings")
+            if "\n" in text.strip() or "\r" in text.strip():
+                raise RequestError(
+                    400, f"{where} has constraints, so it is one sentence: no line breaks"
+                )
+            if inc and opts.method == "sample":
+                raise RequestError(400, "constraints need beam search or greedy, not sampling")
+            if inc and not getattr(self.translator.engine, "positive_constraints", True):
+                raise RequestError(
+                    400, "this server's engine cannot do constraints; serve with --engine torch"
+                )
+            try:
+                self.translator.constraints_for(
+                    [text],
+                    constraints=[inc],
+                    ordered=req.ordered,
+                    prefix=[p],
+                    avoid=[av],
+                    no_repeat_ngram=opts.no_repeat_ngram,
+                    where=lambda _i, w=where: w,
+                )
+            except UserError as e:
+                raise RequestError(400, str(e)) from None
+            out[k] = _Constrained(text.strip(), p, tuple(inc), tuple(av), req.ordered)
+        return out
 
     # ---- request side (event loop) ---------------------------------------------------------
 
@@ -513,8 +620,18 @@ class _Service:
             )
         return result
 
-    def split(self, texts: list[str], *, language: str, split: bool, field: str) -> list[_Text]:
-        """Cut every text into sentences and check the request against the limits."""
+    def split(
+        self,
+        texts: list[str],
+        *,
+        language: str,
+        split: bool,
+        field: str,
+        whole: frozenset[int] | set[int] = frozenset(),
+    ) -> list[_Text]:
+        """Cut every text into sentences and check the request against the limits.
+
+        ``whole``: indices of texts not cut into sentences (constrained texts)."""
         cfg = self.config
         total = 0
         for i, text in enumerate(texts):
@@ -527,8 +644,8 @@ class _Service:
         if not any(t.strip() for t in texts):
             raise RequestError(400, f"empty text: {field} has nothing to translate")
         out, start = [], 0
-        for text in texts:
-            segments = split_text(text, language=language, split=split)
+        for k, text in enumerate(texts):
+            segments = split_text(text, language=language, split=split and k not in whole)
             out.append(_Text(segments, start))
             start += len(segments.sentences)
             if start > cfg.max_sentences:
@@ -547,9 +664,22 @@ class _Service:
                     )
         return out
 
-    async def translate(self, texts: list[_Text], opts: SearchOptions) -> list[list]:
-        """Per sentence of the request, its n-best list of Translations."""
-        sentences = [s for t in texts for s in t.segments.sentences]
+    async def translate(
+        self,
+        texts: list[_Text],
+        opts: SearchOptions,
+        constrained: dict[int, _Constrained] | None = None,
+    ) -> list[list]:
+        """Per sentence of the request, its n-best list of Translations.
+
+        ``constrained``: text index -> its one constrained sentence (see :meth:`constrained`).
+        """
+        sentences: list = []
+        for k, t in enumerate(texts):
+            if constrained and k in constrained:
+                sentences.extend([constrained[k]] * len(t.segments.sentences))
+            else:
+                sentences.extend(t.segments.sentences)
         try:
             return await self.batcher.translate(sentences, opts)
         except EngineFailure as e:
@@ -751,8 +881,15 @@ def create_app(translator, *, info: ModelInfo, config: ServeConfig | None = None
         texts = req.text if batch else [req.text]
         if batch and not texts:
             raise RequestError(400, "empty text: text is an empty list")
-        split = service.split(texts, language=language, split=req.split_sentences, field="text")
-        results = await service.translate(split, opts)
+        constrained = service.constrained(req, texts, opts)
+        split = service.split(
+            texts,
+            language=language,
+            split=req.split_sentences,
+            field="text",
+            whole=set(constrained),
+        )
+        results = await service.translate(split, opts, constrained)
         detail = req.scores or opts.nbest > 1
         out = []
         for text in split:

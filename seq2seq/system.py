@@ -11,7 +11,21 @@ Schedules (``training.schedule``; ``n`` = optimizer updates so far, 1 for the fi
 - ``inverse_sqrt`` (fairseq): ``lr * n / w`` while ``n <= w``, then ``lr * sqrt(w / n)``;
 - ``noam`` (Vaswani et al. 2017): ``lr * d_model**-0.5 * min(n**-0.5, n * w**-1.5)``, so
   ``lr`` is Noam's scale factor (1-2), not the peak rate;
-- ``constant``: ``lr * min(1, n / w)`` (linear warmup, then constant).
+- ``constant``: ``lr * min(1, n / w)`` (linear warmup, then constant);
+- ``linear``: linear warmup, then a straight line from ``lr`` down to ``training.min_lr`` at
+  update ``T = training.max_steps``: ``min_lr + (lr - min_lr) * (1 - p)`` with
+  ``p = (n - w) / (T - w)``;
+- ``cosine``: linear warmup, then half a cosine from ``lr`` to ``min_lr`` at ``T``:
+  ``min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2``.
+
+The two decaying schedules end at ``max_steps``: a run they fit is bounded by updates (a
+``max_time`` that stops it earlier leaves the rate above ``min_lr``).
+
+Normalization (as in fairseq): each micro-batch's backward runs on its *summed* token losses,
+and before the update the accumulated gradient is divided by the target tokens of the whole
+update, over all ``training.accumulate`` micro-batches and all DDP ranks. Micro-batches and ranks
+of unequal size weigh by their tokens, and ``accumulate=2`` over batches A and B gives the
+gradient of one update over A and B together.
 
 Exactness on resume: the random state of every training batch (dropout) is reseeded from
 ``(training.seed, epoch, batch index, rank)`` before the batch runs, so a run resumed from a
@@ -54,8 +68,9 @@ __all__ = [
     "monitor_mode",
 ]
 
-SCHEDULES = ("inverse_sqrt", "noam", "constant")
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+SCHEDULES = ("inverse_sqrt", "noam", "constant", "linear", "cosine")
+DECAYING = ("linear", "cosine")  # schedules that end at training.max_steps
+PRECISIONS = ("32", "bf16-mixed", "16-mixed", "auto")  # auto: seq2seq/precision.py
 VAL_METRICS = ("bleu", "chrf", "loss")
 VAL_METHODS = ("greedy", "beam")
 
@@ -96,19 +111,63 @@ def check_training_config(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"training.lr must be a positive number, got {t.lr}")
     if not 0.0 <= t.label_smoothing < 1.0:
         raise ConfigError(f"training.label_smoothing must be in [0, 1), got {t.label_smoothing}")
+    if t.schedule in DECAYING:
+        if t.max_steps < 1:
+            raise ConfigError(
+                f"training.schedule {t.schedule} decays to training.min_lr at "
+                "training.max_steps: set training.max_steps"
+            )
+        if t.warmup_steps >= t.max_steps:
+            raise ConfigError(
+                f"training.warmup_steps ({t.warmup_steps}) must be below training.max_steps "
+                f"({t.max_steps}) for the {t.schedule} schedule"
+            )
+    if not 0.0 <= t.min_lr <= t.lr:
+        raise ConfigError(f"training.min_lr must be in [0, training.lr], got {t.min_lr}")
+    if t.expected_minutes < 0 or not math.isfinite(t.expected_minutes):
+        raise ConfigError(f"training.expected_minutes must be >= 0, got {t.expected_minutes}")
+    if t.expected_minutes > 0 and t.max_steps < 1:
+        raise ConfigError("training.expected_minutes needs training.max_steps (updates) to be set")
     if t.max_steps < 1 and t.max_epochs < 1 and t.max_time is None:
         raise ConfigError(
             "set a limit: training.max_steps, training.max_epochs or training.max_time"
         )
 
 
-def lr_factor(schedule: str, *, warmup_steps: int, d_model: int) -> Callable[[int], float]:
+def lr_factor(
+    schedule: str,
+    *,
+    warmup_steps: int,
+    d_model: int,
+    max_steps: int = 0,
+    min_ratio: float = 0.0,
+) -> Callable[[int], float]:
     """The schedule as ``f(k) -> factor of training.lr`` for LambdaLR.
 
     LambdaLR calls ``f(k)`` with ``k`` = scheduler steps taken so far (0 before the first
     update); the update that follows is the ``n = k + 1``-th (see the module docstring).
+    ``max_steps`` and ``min_ratio`` (``min_lr / lr``) shape ``linear`` and ``cosine``.
     """
     w = max(warmup_steps, 1)
+    if schedule in DECAYING:
+        if max_steps <= warmup_steps:
+            raise ConfigError(
+                f"training.schedule {schedule} needs training.max_steps ({max_steps}) above "
+                f"training.warmup_steps ({warmup_steps})"
+            )
+        span = max_steps - warmup_steps
+        shape = (lambda p: 1.0 - p) if schedule == "linear" else (
+            lambda p: 0.5 * (1.0 + math.cos(math.pi * p))
+        )  # fmt: skip
+
+        def f(k: int) -> float:
+            n = k + 1
+            if n <= warmup_steps:
+                return n / w
+            p = min(1.0, (n - warmup_steps) / span)
+            return min_ratio + (1.0 - min_ratio) * shape(p)
+
+        return f
     if schedule == "inverse_sqrt":
 
         def f(k: int) -> float:
@@ -131,6 +190,40 @@ def lr_factor(schedule: str, *, warmup_steps: int, d_model: int) -> Callable[[in
             f"training.schedule is {schedule!r}; expected one of {', '.join(SCHEDULES)}"
         )
     return f
+
+
+def _adamw(groups: list[dict], t: TrainingConfig, *, fused: bool) -> torch.optim.AdamW:
+    """AdamW whose update runs as one fused kernel over all parameters (``fused=True``).
+
+    torch's default on the CPU is the per-parameter loop: ~10 small kernels per parameter
+    tensor (130 tensors in the Tiny shape), which costs more than the update's arithmetic on
+    small models. The fused kernel computes the same update (tests/test_step_speed.py). Not
+    with ``16-mixed``: a fused AdamW unscales the gradients itself, inside ``step``, so
+    Lightning would hand this module's gradient normalization, norm and clipping scaled
+    gradients; that case takes the multi-tensor (``foreach``) implementation.
+    """
+    kwargs = {"lr": t.lr, "betas": tuple(t.betas), "eps": t.eps}
+    if fused:
+        try:
+            return torch.optim.AdamW(groups, fused=True, **kwargs)
+        except RuntimeError:  # a device or dtype without the fused kernel
+            pass
+    return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+def _fused_loss_dtype(hidden: Tensor) -> torch.dtype | None:
+    """The dtype the fused CPU projection + loss computes in for ``hidden``, or None (unfused).
+
+    float32/float64 without autocast; bfloat16 under CPU autocast to bf16 (``bf16-mixed``)
+    or for bf16 hidden states. Elsewhere (CUDA, fp16) the plain projection and loss.
+    """
+    if hidden.device.type != "cpu":
+        return None
+    if torch.is_autocast_enabled("cpu"):
+        return torch.bfloat16 if torch.get_autocast_dtype("cpu") == torch.bfloat16 else None
+    if hidden.dtype in (torch.float32, torch.float64, torch.bfloat16):
+        return hidden.dtype
+    return None
 
 
 def monitor_mode(metric: str) -> str:
@@ -185,6 +278,8 @@ class TranslationModule(pl.LightningModule):
         self.nonfinite_in_row = 0  # saved in checkpoints
         self.nonfinite_total = 0  # saved in checkpoints
         self.data_position = (0, 0)  # (epoch, batches consumed in it); saved in checkpoints
+        self.wall_before_s = 0.0  # training wall-clock of earlier launches; saved in checkpoints
+        self._launch_t0: float | None = None
         self.resume_position: tuple[int, int] | None = None  # from a loaded checkpoint
         # validation bookkeeping
         self._val_sums: Tensor | None = None  # (3,) loss sum, nll sum, target tokens
@@ -249,8 +344,14 @@ class TranslationModule(pl.LightningModule):
         groups = [{"params": decay, "weight_decay": t.weight_decay}]
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})
-        optimizer = torch.optim.AdamW(groups, lr=t.lr, betas=tuple(t.betas), eps=t.eps)
-        factor = lr_factor(t.schedule, warmup_steps=t.warmup_steps, d_model=self.cfg.model.d_model)
+        optimizer = _adamw(groups, t, fused=t.precision != "16-mixed")
+        factor = lr_factor(
+            t.schedule,
+            warmup_steps=t.warmup_steps,
+            d_model=self.cfg.model.d_model,
+            max_steps=t.max_steps,
+            min_ratio=t.min_lr / t.lr,
+        )
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {
             "optimizer": optimizer,
@@ -275,14 +376,12 @@ class TranslationModule(pl.LightningModule):
         keep = tgt_out.ne(PAD_ID)  # (B, T)
         hidden, target = hidden[keep], tgt_out[keep]  # (N, D), (N,)
         epsilon = self.cfg.training.label_smoothing
-        if (
-            hidden.device.type == "cpu"
-            and hidden.dtype in (torch.float32, torch.float64)
-            and not torch.is_autocast_enabled("cpu")
-        ):
-            # Chunked projection + loss: the (N, V) logits never exist at once (loss.py).
+        dtype = _fused_loss_dtype(hidden)
+        if dtype is not None:
+            # Chunked projection + loss: the (N, V) logits never exist at once (loss.py); in
+            # bf16 mixed precision its multiplies run in bf16, the softmax in float32.
             return projected_label_smoothed_nll(
-                hidden, self.model.output_proj.weight, target, epsilon=epsilon
+                hidden, self.model.output_proj.weight, target, epsilon=epsilon, compute_dtype=dtype
             )
         logits = self.model.project(hidden)  # (N, V)
         return label_smoothed_nll(logits, target, epsilon=epsilon, ignore_index=PAD_ID)
@@ -300,17 +399,40 @@ class TranslationModule(pl.LightningModule):
         self.data_position = (epoch, batch_idx + 1)
         if self._tick is None:
             self._tick = time.perf_counter()
+        if self._launch_t0 is None:
+            self._launch_t0 = self._tick
+
+    def wall_seconds(self) -> float:
+        """Wall-clock seconds of training so far, validation included, over all launches."""
+        launch = time.perf_counter() - self._launch_t0 if self._launch_t0 is not None else 0.0
+        return self.wall_before_s + launch
 
     def training_step(self, batch, batch_idx: int) -> Tensor:
+        """The micro-batch's summed loss; :meth:`on_before_optimizer_step` normalizes the
+        accumulated gradient by the whole update's token count (fairseq's normalization)."""
         out = self.compute_loss(batch.src_ids, batch.tgt_ids)
-        n = max(out.n_tokens, 1)
-        loss = out.loss / n
+        loss = out.loss
         sums = torch.stack([out.loss.detach().float(), out.nll.detach().float()])
         sums = torch.cat([sums, sums.new_tensor([float(out.n_tokens)])])
         self._acc = sums if self._acc is None else self._acc + sums
         if not bool(torch.isfinite(out.loss.detach())):
             self._local_nonfinite = True
         return loss
+
+    def _normalize_grads(self, tokens: float, world: int) -> None:
+        """Turn the accumulated gradient of summed losses into that of the update's mean.
+
+        Each micro-batch's backward ran on its summed loss, which Lightning divided by
+        ``accumulate_grad_batches`` (k); DDP averaged the gradients over the ``world`` ranks.
+        Multiplying by ``k * world / tokens``, with ``tokens`` the target tokens of the whole
+        update (all micro-batches, all ranks), leaves ``d(sum of token losses) / tokens``:
+        micro-batches and ranks weigh by their tokens, as in fairseq, not equally.
+        """
+        k = self.trainer.accumulate_grad_batches if self._trainer is not None else 1
+        scale = k * world / max(tokens, 1.0)
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        if grads and scale != 1.0:
+            torch._foreach_mul_(grads, scale)
 
     def _grad_norm(self) -> float:
         """Global L2 norm of the gradients (before clipping); inf or nan when not finite."""
@@ -331,6 +453,7 @@ class TranslationModule(pl.LightningModule):
             dist.all_reduce(both)
             acc, flag = both[:3], both[3:]
         bad = bool(flag.item() > 0)
+        self._normalize_grads(float(acc[2]), world)
         grad_norm = self._grad_norm()
         if t.precision != "16-mixed":
             # (16-mixed: the grad scaler skips overflowing steps itself, and overflows while
@@ -392,7 +515,16 @@ class TranslationModule(pl.LightningModule):
 
     @torch.no_grad()
     def translate_batch(self, src_ids: Tensor) -> list[str]:
-        """Detokenized translations of a (B, S) padded source batch (``training.val_method``)."""
+        """Detokenized translations of a (B, S) padded source batch (``training.val_method``).
+
+        Always in float32, as the exported model translates: under Lightning's autocast
+        (``cache_enabled=False``, and the engine's inference mode caches no casts either)
+        every decoding step would cast every weight to bf16 again.
+        """
+        with torch.autocast(src_ids.device.type, enabled=False):
+            return self._translate_batch(src_ids)
+
+    def _translate_batch(self, src_ids: Tensor) -> list[str]:
         from seq2seq.decoding import SearchOptions
         from seq2seq.engines import TorchEngine
 
@@ -434,6 +566,8 @@ class TranslationModule(pl.LightningModule):
         self.log("val/loss", loss_sum / tokens, sync_dist=True)
         self.log("val/nll", nll_sum / tokens, sync_dist=True)
         self.log("val/ppl", math.exp(min(nll_sum / tokens, 50.0)), sync_dist=True)
+        # minutes of training when this validation ran (for BLEU-against-time curves)
+        self.log("val/wall_min", self.wall_seconds() / 60.0, sync_dist=True)
         if self.tokenizer is None or self.valid_ref_text is None:
             return
         hyps = self._gather_hyps()  # every rank gets all of them: same scores everywhere
@@ -475,6 +609,7 @@ class TranslationModule(pl.LightningModule):
             "data_batches": int(consumed),
             "nonfinite_in_row": int(self.nonfinite_in_row),
             "nonfinite_total": int(self.nonfinite_total),
+            "wall_s": float(self.wall_seconds()),
         }
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
@@ -490,6 +625,8 @@ class TranslationModule(pl.LightningModule):
             )
         self.nonfinite_in_row = int(state.get("nonfinite_in_row", 0))
         self.nonfinite_total = int(state.get("nonfinite_total", 0))
+        self.wall_before_s = float(state.get("wall_s", 0.0))
+        self._launch_t0 = None
         epoch, consumed = int(state["data_epoch"]), int(state["data_batches"])
         self.resume_position = (epoch, consumed)
         self.data_position = self.resume_position

@@ -91,6 +91,8 @@ from seq2seq.config import (
 )
 from seq2seq.errors import UserError
 from seq2seq.files import atomic_open
+from seq2seq.pace import PaceWatch
+from seq2seq.precision import resolve_precision
 from seq2seq.signals import Stopped
 
 __all__ = [
@@ -355,8 +357,12 @@ def resolve_config(
     resume: bool,
     config_path: str | Path | None = None,
     overrides: list[str] | None = None,
+    init_from: str | Path | None = None,
 ) -> ExperimentConfig:
     """The config of a new run (``--config`` + overrides) or of a resumed one.
+
+    A new run with ``init_from`` (or ``training.init_from``) is fine-tuned from that model
+    directory: :func:`seq2seq.finetune.resolve_init_config` gives its config.
 
     Resuming reads ``DIR/config.yaml``; overrides (or a ``--config``) may change the training,
     decoding and export sections, never the model or data sections.
@@ -368,9 +374,19 @@ def resolve_config(
     out_dir = Path(out_dir)
     overrides = list(overrides or [])
     if not resume:
-        if config_path is None:
-            raise UserError("give --config FILE (or --resume DIR to continue a run)")
-        return load_config(config_path, overrides)
+        if config_path is None and init_from is None:
+            raise UserError(
+                "give --config FILE, --init-from MODEL_DIR (fine-tune), or --resume DIR"
+            )
+        cfg = load_config(config_path, overrides) if config_path is not None else None
+        parent = init_from or (cfg.training.init_from if cfg is not None else None)
+        if parent is None:
+            return cfg
+        from seq2seq.finetune import resolve_init_config
+
+        return resolve_init_config(parent, config_path=config_path, overrides=overrides)
+    if init_from is not None:
+        raise UserError("give either --init-from (a new run) or --resume DIR, not both")
     saved_path = out_dir / CONFIG_FILE
     if not saved_path.is_file():
         raise UserError(f"nothing to resume: {saved_path} is missing")
@@ -506,9 +522,23 @@ def train(
         _write_config(out_dir, cfg)
     if t.threads > 0:
         torch.set_num_threads(t.threads)
+    choice = resolve_precision(
+        t.precision,
+        accelerator=t.accelerator,
+        d_model=cfg.model.d_model,
+        d_ff=cfg.model.d_ff,
+        probe=t.devices in ("1", "auto") and t.num_nodes == 1,
+    )
+    if t.precision == "auto" and rank == 0:
+        print(f"training.precision auto: {choice.precision} ({choice.reason})", file=sys.stderr)
     pl.seed_everything(t.seed, workers=True, verbose=False)
 
-    module = TranslationModule(cfg=cfg)
+    if t.init_from is not None and not resume:  # fine-tuning: the parent's weights
+        from seq2seq.finetune import start_from_parent
+
+        module = start_from_parent(cfg, out_dir, write_record=rank == 0)
+    else:  # (a resumed run's checkpoint holds the weights)
+        module = TranslationModule(cfg=cfg)
     if progress is None:
         progress = sys.stderr.isatty()
     monitor = f"val/{t.val_metric}"
@@ -525,6 +555,8 @@ def train(
         signal_stop,
         StepProgressBar() if progress else TextProgress(every=t.log_every_steps),
     ]
+    if t.expected_minutes > 0:
+        callbacks.append(PaceWatch(expected_minutes=t.expected_minutes, machine=t.expected_machine))
     if t.patience > 0:
         callbacks.append(
             EarlyStopping(
@@ -541,7 +573,10 @@ def train(
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*isinstance.treespec, LeafSpec.*")
         try:
-            trainer = _fit(cfg, out_dir, module, dm, callbacks, progress=progress, resume=resume)
+            trainer = _fit(
+                cfg, out_dir, module, dm, callbacks, progress=progress, resume=resume,
+                precision=choice.precision,
+            )  # fmt: skip
         except (SystemExit, Stopped):  # Lightning's exit after SIGINT (1) or SIGTERM (0!)
             stop = stopped(signal_stop, last, out_dir)
             if stop is None:
@@ -572,7 +607,9 @@ def _write_config(out_dir: Path, cfg: ExperimentConfig) -> None:
         write_manifest(out_dir)
 
 
-def _fit(cfg, out_dir: Path, module, dm, callbacks: list, *, progress: bool, resume: bool):
+def _fit(
+    cfg, out_dir: Path, module, dm, callbacks: list, *, progress: bool, resume: bool, precision: str
+):
     t = cfg.training
     last = out_dir / CHECKPOINT_DIR / LAST
     trainer = pl.Trainer(
@@ -580,7 +617,7 @@ def _fit(cfg, out_dir: Path, module, dm, callbacks: list, *, progress: bool, res
         devices=_devices(t.devices),
         num_nodes=t.num_nodes,
         strategy=t.strategy,
-        precision=t.precision,
+        precision=precision,  # training.precision, with auto resolved
         max_steps=t.max_steps if t.max_steps > 0 else -1,
         max_epochs=t.max_epochs if t.max_epochs > 0 else -1,
         max_time=t.max_time,

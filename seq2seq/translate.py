@@ -22,17 +22,20 @@ from __future__ import annotations
 import os
 import select
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from seq2seq.config import ExperimentConfig
+from seq2seq.constraints import Constraints, Terminology
 from seq2seq.decoding import Engine, SearchOptions
 from seq2seq.engines import ENGINES
 from seq2seq.errors import UserError
 from seq2seq.search import Hypothesis
 
 __all__ = [
+    "LineConstraints",
     "LineReader",
     "SearchOptions",
     "Translation",
@@ -48,17 +51,25 @@ __all__ = [
 
 
 class Translation(NamedTuple):
-    """One hypothesis as text: ``(text, score, token_scores)``."""
+    """One hypothesis as text: ``(text, score, token_scores, tokens, alignment)``."""
 
     text: str
     score: float
     """Length-normalized log-probability (see seq2seq.search)."""
     token_scores: list[float]
     """Log-probability of each generated SentencePiece token, EOS included."""
+    tokens: list[int] = []
+    """The generated target ids, EOS included (``tokenizer.tgt_pieces`` names them)."""
+    alignment: list[tuple[int, int]] | None = None
+    """Word alignment ``(source word, target word)`` pairs (seq2seq.alignments), when asked."""
 
 
 TruncationCallback = Callable[[int, int], None]
 """``on_truncated(line_no, n_src_tokens)``: 1-based line number, source tokens before cutting."""
+
+
+def _sentence_name(i: int) -> str:
+    return f"sentence {i + 1}"
 
 
 def _warn_truncated(line_no: int, n_tokens: int) -> None:
@@ -125,7 +136,7 @@ class Translator:
     @classmethod
     def load(
         cls,
-        model_dir: str | Path,
+        model_dir: str | Path | Sequence[str | Path],
         *,
         device: str = "cpu",
         engine: str = "torch",
@@ -133,13 +144,24 @@ class Translator:
     ) -> Translator:
         """Load a model directory with the named engine; ``overrides`` change search options.
 
+        Several directories make an ensemble (:func:`seq2seq.ensemble.load_ensemble`): their
+        probabilities are averaged at every step; the decoding defaults are the first's.
+
         Raises:
             UserError: an unknown engine (the message lists the available ones), a bad model
-                directory, invalid options.
+                directory, invalid options, ensemble members with other vocabularies.
         """
         if engine not in ENGINES:
             raise UserError(f"unknown engine {engine!r}; available: {', '.join(sorted(ENGINES))}")
-        loaded = ENGINES[engine](Path(model_dir), device=device)
+        dirs = [model_dir] if isinstance(model_dir, (str, os.PathLike)) else list(model_dir)
+        if not dirs:
+            raise UserError("give a model directory")
+        if len(dirs) > 1:
+            from seq2seq.ensemble import load_ensemble
+
+            loaded = load_ensemble(dirs, device=device, engine=engine)
+        else:
+            loaded = ENGINES[engine](Path(dirs[0]), device=device)
         opts = SearchOptions.from_config(loaded.cfg.decoding, **overrides)
         return cls(
             loaded.engine,
@@ -175,29 +197,156 @@ class Translator:
         sentences: list[str],
         *,
         on_truncated: TruncationCallback | None = None,
+        alignments: bool = False,
+        constraints: list[list[str]] | None = None,
+        ordered: bool = False,
+        prefix: list[str | None] | None = None,
+        avoid: list[list[str]] | None = None,
+        terminology: Terminology | None = None,
+        where: Callable[[int], str] | None = None,
         **overrides: object,
     ) -> list[list[Translation]]:
         """Up to ``nbest`` translations per sentence, best first, in input order.
 
         An empty sentence (no SentencePiece piece) gets ``nbest`` empty translations of score
         0 without running the model, so every input has the same number of entries.
+        ``alignments``: fill each translation's word ``alignment`` from the cross-attention
+        (:mod:`seq2seq.alignments`; the engine must return attention: torch, ctranslate2).
+
+        Constrained decoding (README, "Constrained decoding"), each a list with one entry per
+        sentence (None: nothing for any sentence):
+
+        - ``constraints``: phrases that must appear in the output (``ordered``: in this order).
+        - ``prefix``: text the output starts with (None or "" for none); the search continues
+          after it, and the returned text includes it.
+        - ``avoid``: phrases that must never appear.
+        - ``terminology``: the target terms of the source terms a sentence contains become
+          constraints of that sentence (after its own ``constraints``).
+
+        Phrases are matched as their SentencePiece pieces (each phrase encoded on its own).
+        ``where(i)`` names sentence i (0-based) in errors (default: ``sentence i+1``).
+
+        Raises:
+            UserError: a constraint no output can meet (naming the sentence), or one the
+                engine cannot do (the CTranslate2 engine and positive constraints).
         """
         opts = self.opts.replace(**overrides) if overrides else self.opts
+        name = where or _sentence_name
         src = self.encode(sentences, on_truncated=on_truncated)
+        cons = self.constraints_for(
+            sentences,
+            constraints=constraints,
+            ordered=ordered,
+            prefix=prefix,
+            avoid=avoid,
+            terminology=terminology,
+            no_repeat_ngram=opts.no_repeat_ngram,
+            where=where,
+        )
         results: list[list[Translation]] = [[Translation("", 0.0, [])] * opts.nbest for _ in src]
         todo = [i for i, ids in enumerate(src) if ids]
         # An engine that splits batches itself takes larger calls (Engine.batches_per_call).
         per_call = opts.max_tokens * getattr(self.engine, "batches_per_call", 1)
         for batch in batch_by_tokens([len(src[i]) for i in todo], per_call):
             idx = [todo[j] for j in batch]
-            hyps = self.engine.translate_ids([src[i] for i in idx], opts)
+            extra = {"attention": True} if alignments else {}
+            if cons is not None:
+                extra["constraints"] = [cons[i] for i in idx]
+            hyps = self.engine.translate_ids([src[i] for i in idx], opts, **extra)
+            if cons is not None:
+                for i, sent_hyps in zip(idx, hyps):
+                    if not sent_hyps:
+                        raise UserError(
+                            f"{name(i)}: no output meets its constraints within the "
+                            "length limit (an avoided phrase or --no-repeat-ngram blocks them)"
+                        )
             # One SentencePiece call for the whole batch (each call starts its threads).
             flat = self._detokenize([h for sent_hyps in hyps for h in sent_hyps])
             start = 0
             for i, sent_hyps in zip(idx, hyps):
                 results[i] = flat[start : start + len(sent_hyps)]
+                if alignments:
+                    results[i] = self._align(sentences[i], src[i], sent_hyps, results[i])
                 start += len(sent_hyps)
+        if alignments:  # empty sentences: nothing to align
+            results = [[t._replace(alignment=t.alignment or []) for t in r] for r in results]
         return results
+
+    def _align(
+        self, sentence: str, src: list[int], hyps: list[Hypothesis], out: list[Translation]
+    ) -> list[Translation]:
+        from seq2seq.alignments import align_pieces
+
+        src_pieces = self.tokenizer.src_pieces(sentence)[: len(src) - 1]  # as encoded, no EOS
+        aligned = []
+        for h, t in zip(hyps, out):
+            if h.attention is None:
+                raise UserError("this engine returns no attention: no alignments")
+            tgt_pieces = self.tokenizer.tgt_pieces([x for x in h.tokens if x != self.eos_id])
+            aligned.append(t._replace(alignment=align_pieces(h.attention, src_pieces, tgt_pieces)))
+        return aligned
+
+    def constraints_for(
+        self,
+        sentences: list[str],
+        *,
+        constraints: list[list[str]] | None = None,
+        ordered: bool = False,
+        prefix: list[str | None] | None = None,
+        avoid: list[list[str]] | None = None,
+        terminology: Terminology | None = None,
+        no_repeat_ngram: int = 0,
+        where: Callable[[int], str] | None = None,
+    ) -> list[Constraints] | None:
+        """Per sentence, its :class:`~seq2seq.constraints.Constraints` in target ids; None
+        when there are none at all. (See :meth:`translate_nbest`.)"""
+        from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+        name = where or _sentence_name
+        n = len(sentences)
+        for arg, given in (("constraints", constraints), ("prefix", prefix), ("avoid", avoid)):
+            if given is not None and len(given) != n:
+                raise ValueError(f"{arg} has {len(given)} entries for {n} sentences")
+        if constraints is None and prefix is None and avoid is None and terminology is None:
+            return None
+        include_text = [list(constraints[i]) if constraints else [] for i in range(n)]
+        if terminology is not None:
+            for i, text in enumerate(sentences):
+                include_text[i] += terminology.targets_for(text)
+        avoid_text = [list(avoid[i]) if avoid else [] for i in range(n)]
+        prefix_text = [(prefix[i] or "") if prefix else "" for i in range(n)]
+        # One SentencePiece call for every phrase of the batch.
+        flat = [p for row in include_text for p in row] + [p for row in avoid_text for p in row]
+        flat += [p for p in prefix_text if p]
+        for p in flat:
+            if not isinstance(p, str):
+                raise UserError(f"a constraint must be text, got {type(p).__name__}")
+        ids = iter(self.tokenizer.encode_tgt(flat) if flat else [])
+        include_ids = [[next(ids) for _ in row] for row in include_text]
+        avoid_ids = [[next(ids) for _ in row] for row in avoid_text]
+        prefix_ids = [next(ids) if p else [] for p in prefix_text]
+        out = []
+        for i in range(n):
+            c = Constraints(
+                prefix=prefix_ids[i], include=include_ids[i], ordered=ordered, avoid=avoid_ids[i]
+            )
+            try:
+                c.check(special=(PAD_ID, BOS_ID, EOS_ID), no_repeat_ngram=no_repeat_ngram)
+            except UserError as e:
+                raise UserError(f"{name(i)}: {e}") from None
+            for text, ids_ in [*zip(include_text[i], c.include), (prefix_text[i], c.prefix)]:
+                if UNK_ID in ids_:
+                    raise UserError(
+                        f"{name(i)}: {text!r} has characters the target vocabulary lacks "
+                        "(they would be output as the unknown piece)"
+                    )
+            if c.needed_len() > self.max_src_positions:
+                raise UserError(
+                    f"{name(i)}: the prefix and constraints take {c.needed_len() - 1} "
+                    f"tokens; the model has {self.max_src_positions} positions"
+                )
+            out.append(c)
+        return out
 
     def translate(
         self,
@@ -206,7 +355,9 @@ class Translator:
         on_truncated: TruncationCallback | None = None,
         **overrides: object,
     ) -> list[str]:
-        """The best translation of each sentence, in input order ('' for an empty sentence)."""
+        """The best translation of each sentence, in input order ('' for an empty sentence).
+
+        Takes the constraint arguments of :meth:`translate_nbest` too."""
         overrides["nbest"] = 1
         nbest = self.translate_nbest(sentences, on_truncated=on_truncated, **overrides)
         return [t[0].text if t else "" for t in nbest]
@@ -218,7 +369,8 @@ class Translator:
         # pieces can decode to "\n" or "\r"): output lines must stay aligned with the input.
         texts = [t.replace("\r", " ").replace("\n", " ") for t in texts]
         return [
-            Translation(text, float(h.score), list(h.token_scores)) for text, h in zip(texts, hyps)
+            Translation(text, float(h.score), list(h.token_scores), list(h.tokens))
+            for text, h in zip(texts, hyps)
         ]
 
 
@@ -332,6 +484,73 @@ def read_lines(path: str | Path) -> list[str]:
         reader.stream.close()
 
 
+@dataclass(frozen=True)
+class LineConstraints:
+    """How ``seq2seq translate`` reads constraints from its input lines (fairseq-interactive's
+    tab-separated format, extended).
+
+    A line is ``SOURCE`` followed by tab-separated fields, in this order: with ``prefix``, one
+    field, the text the output starts with; with ``constraints`` (``ordered`` or
+    ``unordered``), one field per phrase that must appear; with ``avoid``, one field per phrase
+    that must not. With both ``constraints`` and ``avoid``, an empty field ends the
+    constraints and the avoided phrases follow. Without any of the three, lines are not split
+    (a tab is part of the source). ``terminology`` adds the target terms of the source terms
+    a line contains to its constraints.
+    """
+
+    constraints: str | None = None
+    prefix: bool = False
+    avoid: bool = False
+    terminology: Terminology | None = None
+
+    def __post_init__(self) -> None:
+        if self.constraints not in (None, "ordered", "unordered"):
+            raise UserError(f"--constraints must be ordered or unordered, got {self.constraints!r}")
+        if self.constraints == "ordered" and self.terminology is not None:
+            raise UserError("terminology constraints are unordered: use --constraints unordered")
+
+    @property
+    def splits(self) -> bool:
+        return self.constraints is not None or self.prefix or self.avoid
+
+    @property
+    def active(self) -> bool:
+        return self.splits or self.terminology is not None
+
+    def parse(self, lines: list[str], where: Callable[[int], str]) -> tuple[list[str], dict]:
+        """(the source texts, the constraint arguments of :meth:`Translator.translate_nbest`)."""
+        if not self.splits:
+            return lines, dict(terminology=self.terminology)
+        sources, prefixes, includes, avoids = [], [], [], []
+        for i, line in enumerate(lines):
+            source, *rest = line.split("\t")
+            sources.append(source)
+            prefixes.append(rest.pop(0) if self.prefix and rest else "")
+            include: list[str] = []
+            avoid: list[str] = []
+            if self.constraints is not None and self.avoid:
+                cut = rest.index("") if "" in rest else len(rest)
+                include, avoid = rest[:cut], rest[cut + 1 :]
+            elif self.constraints is not None:
+                include = rest
+            elif self.avoid:
+                avoid = rest
+            elif rest:
+                raise UserError(
+                    f"{where(i)}: {len(rest)} field(s) after the prefix; constraints need "
+                    "--constraints ordered|unordered, avoided phrases --avoid"
+                )
+            includes.append([p for p in include if p.strip()])
+            avoids.append([p for p in avoid if p.strip()])
+        return sources, dict(
+            constraints=includes if self.constraints is not None else None,
+            ordered=self.constraints == "ordered",
+            prefix=prefixes if self.prefix else None,
+            avoid=avoids if self.avoid else None,
+            terminology=self.terminology,
+        )
+
+
 def _resume_point(partial: Path, nbest: int) -> int:
     """Input lines already translated in ``partial``; cut it back to exactly those lines.
 
@@ -368,6 +587,10 @@ def translate_stream(
     resume: bool = False,
     buffer_lines: int = 1000,
     warn: Callable[[str], None],
+    output_format: str = "text",
+    scores: bool = False,
+    alignments: bool = False,
+    line_constraints: LineConstraints | None = None,
 ) -> int:
     """Translate every line of ``reader``; one output line per input line (``nbest`` with n-best).
 
@@ -378,17 +601,29 @@ def translate_stream(
 
     N-best output (``nbest`` > 1): ``LINE ||| TEXT ||| SCORE`` lines, ``nbest`` per input line,
     best first, LINE the 1-based input line number, SCORE the normalized log-probability.
+    ``scores``, ``alignments`` and ``output_format="jsonl"`` (one JSON object per input line):
+    see :mod:`seq2seq.outputs`.
+
+    ``line_constraints``: read constraints from the lines (:class:`LineConstraints`).
 
     Returns:
         The number of input lines read.
     """
+    from seq2seq.outputs import OUTPUT_FORMATS, format_line
+
+    if output_format not in OUTPUT_FORMATS:
+        raise UserError(
+            f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}"
+        )
     nbest = translator.opts.nbest
+    plain = output_format == "text" and not scores and not alignments
+    lines_per_input = nbest if output_format == "text" else 1  # what resuming counts
     partial = None if output is None else output.with_name(output.name + ".partial")
     skip = 0
     if partial is not None:
         partial.parent.mkdir(parents=True, exist_ok=True)
         if resume and partial.is_file():
-            skip = _resume_point(partial, nbest)
+            skip = _resume_point(partial, lines_per_input)
             if skip:
                 warn(f"resuming {partial}: {skip} lines already translated")
         out = open(partial, "ab" if resume else "wb")  # noqa: SIM115 (closed below)
@@ -406,17 +641,39 @@ def translate_stream(
                     f"{translator.max_src_positions} positions; truncated"
                 )
 
-            if nbest > 1:
-                results = translator.translate_nbest(chunk, on_truncated=on_truncated)
+            def where(i: int, first: int = first) -> str:
+                return f"{reader.name}:{first + i}"
+
+            kwargs: dict = {}
+            if line_constraints is not None and line_constraints.active:
+                chunk, kwargs = line_constraints.parse(chunk, where)
+                kwargs["where"] = where
+            if not plain:
+                results = translator.translate_nbest(
+                    chunk, on_truncated=on_truncated, alignments=alignments, **kwargs
+                )
+                text = "".join(
+                    format_line(
+                        first + i,
+                        entries,
+                        output_format=output_format,
+                        nbest=nbest,
+                        scores=scores,
+                        alignments=alignments,
+                        tokenizer=translator.tokenizer,
+                    )
+                    for i, entries in enumerate(results)
+                )
+            elif nbest > 1:
+                results = translator.translate_nbest(chunk, on_truncated=on_truncated, **kwargs)
                 text = "".join(
                     f"{first + i} ||| {t.text} ||| {t.score:.4f}\n"
                     for i, entries in enumerate(results)
                     for t in entries
                 )
             else:
-                text = "".join(
-                    t + "\n" for t in translator.translate(chunk, on_truncated=on_truncated)
-                )
+                translations = translator.translate(chunk, on_truncated=on_truncated, **kwargs)
+                text = "".join(t + "\n" for t in translations)
             out.write(text.encode("utf-8"))
             out.flush()
         if partial is not None:

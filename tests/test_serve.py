@@ -524,3 +524,51 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
     # An option this engine cannot honour is the client's mistake (400), not a server error.
     assert unsupported.status_code == 400
     assert "supports unk_penalty 0 or inf only" in unsupported.json()["error"]
+
+
+# ---- constrained decoding (seq2seq/constraints.py) --------------------------------------------
+
+
+def test_native_translate_takes_prefix_constraints_and_avoid_per_text(model_dir, reference):
+    texts = [SENTENCES[0], SENTENCES[1], SENTENCES[2]]
+    prefix = ["two dogs", None, None]
+    constraints = [[], ["green car"], []]
+    avoid = [[], [], ["bench"]]
+
+    async def body(client, _):
+        many = await client.post(
+            "/v1/translate",
+            json={"text": texts, "prefix": prefix, "constraints": constraints, "avoid": avoid},
+        )
+        one = await client.post(
+            "/v1/translate",
+            json={"text": SENTENCES[3], "constraints": ["cat", "red"], "ordered": True},
+        )
+        bad = [
+            await client.post("/v1/translate", json={"text": texts, "prefix": ["a"]}),
+            await client.post("/v1/translate", json={"text": "a\nb", "constraints": ["dog"]}),
+            await client.post(
+                "/v1/translate", json={"text": "a", "constraints": ["dog"], "method": "sample"}
+            ),
+            await client.post(
+                "/v1/translate", json={"text": "a", "constraints": ["red ball"], "avoid": ["ball"]}
+            ),
+        ]
+        return many, one, bad
+
+    many, one, bad = serve_and(model_dir, body)
+    assert many.status_code == 200, many.text
+    got = [t["text"] for t in many.json()["translations"]]
+    want = reference.translate(texts, prefix=prefix, constraints=constraints, avoid=avoid)
+    assert got == want
+    assert got[0].startswith("two dogs") and "green car" in got[1]
+    (entry,) = one.json()["translations"]
+    assert (
+        entry["text"]
+        == reference.translate(SENTENCES[3:4], constraints=[["cat", "red"]], ordered=True)[0]
+    )
+    assert [r.status_code for r in bad] == [400, 400, 400, 400]
+    assert "one entry per text" in bad[0].json()["error"]
+    assert "line breaks" in bad[1].json()["error"]
+    assert "sampling" in bad[2].json()["error"]
+    assert "avoided phrase" in bad[3].json()["error"]

@@ -46,7 +46,43 @@ def test_noam_and_constant_schedules():
     assert [const(k) for k in range(6)] == pytest.approx([1 / 3, 2 / 3, 1, 1, 1, 1])
     assert lr_factor("constant", warmup_steps=0, d_model=64)(0) == 1.0
     with pytest.raises(ConfigError, match="training.schedule"):
-        lr_factor("cosine", warmup_steps=3, d_model=64)
+        lr_factor("exponential", warmup_steps=3, d_model=64)
+
+
+def test_linear_and_cosine_schedules_warm_up_then_decay_to_min_lr_at_max_steps():
+    lin = lr_factor("linear", warmup_steps=4, d_model=64, max_steps=14, min_ratio=0.1)
+    # warmup over updates 1..4, then a line from 1 (update 4) to 0.1 (update 14), then flat
+    assert [lin(n - 1) for n in (1, 2, 4)] == pytest.approx([0.25, 0.5, 1.0])
+    assert [lin(n - 1) for n in (5, 9, 14, 20)] == pytest.approx([0.91, 0.55, 0.1, 0.1])
+    cos = lr_factor("cosine", warmup_steps=4, d_model=64, max_steps=14)
+    assert [cos(n - 1) for n in (2, 4, 9, 14, 15)] == pytest.approx([0.5, 1.0, 0.5, 0.0, 0.0])
+    assert cos(5) == pytest.approx(0.5 * (1 + math.cos(math.pi * 0.2)))  # update 6
+    values = [cos(k) for k in range(3, 14)]
+    assert values == sorted(values, reverse=True)  # decays monotonically after warmup
+    no_warmup = lr_factor("linear", warmup_steps=0, d_model=64, max_steps=10)
+    assert [no_warmup(k) for k in (0, 4, 9)] == pytest.approx([0.9, 0.5, 0.0])
+    with pytest.raises(ConfigError, match="max_steps"):
+        lr_factor("cosine", warmup_steps=10, d_model=64, max_steps=10)
+
+
+def test_the_optimizer_follows_a_cosine_schedule():
+    cfg = load_config(
+        None,
+        [*TINY, "training.schedule=cosine", "training.lr=0.01", "training.min_lr=0.001",
+         "training.warmup_steps=2", "training.max_steps=6"],
+    )  # fmt: skip
+    check_training_config(cfg)
+    module = TranslationModule(cfg=cfg, src_vocab_size=50, tgt_vocab_size=50)
+    conf = module.configure_optimizers()
+    opt, sched = conf["optimizer"], conf["lr_scheduler"]["scheduler"]
+    lrs = []
+    for _ in range(7):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    mid = 0.001 + 0.009 * 0.5 * (1 + math.cos(math.pi * 0.5))
+    assert lrs[:2] == pytest.approx([0.005, 0.01]) and lrs[3] == pytest.approx(mid)
+    assert lrs[5:] == pytest.approx([0.001, 0.001])
 
 
 @pytest.mark.parametrize(
@@ -55,7 +91,10 @@ def test_noam_and_constant_schedules():
         ("training.precision=fp8", "training.precision"),
         ("training.val_metric=ter", "training.val_metric"),
         ("training.val_method=sample", "training.val_method"),
-        ("training.schedule=cosine", "training.schedule"),
+        ("training.schedule=exponential", "training.schedule"),
+        ("training.schedule=cosine training.max_steps=0 training.max_epochs=2", "max_steps"),
+        ("training.schedule=linear training.warmup_steps=10000", "training.warmup_steps"),
+        ("training.min_lr=0.1", "training.min_lr"),
         ("training.average_last=9", "training.average_last"),
         ("training.val_every_steps=0", "training.val_every_steps"),
         ("training.lr=-1", "training.lr"),
@@ -63,7 +102,7 @@ def test_noam_and_constant_schedules():
     ],
 )
 def test_bad_training_options_are_config_errors_naming_the_key(override, key):
-    cfg = load_config(None, [override])
+    cfg = load_config(None, override.split())
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         check_training_config(cfg)
 

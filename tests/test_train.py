@@ -109,6 +109,7 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
             max_steps=300,
             val_every_steps=100,
             log_every_steps=10,
+            expected_minutes=0.001,  # 0.2 ms per update: surely slower (seq2seq/pace.py)
         )
         + ["model.d_model=64", "model.n_heads=4", "model.d_ff=128", "model.dropout=0.0"]
         + ["data.max_tokens=600"],
@@ -117,6 +118,8 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
     captured = capsys.readouterr()
     out = captured.out
     assert "step 300/300 loss " in captured.err and " tok_s " in captured.err  # text progress
+    assert "expected training time: under a minute for 300 updates" in captured.err
+    assert captured.err.count("warning: training runs ") == 1  # once, however slow
 
     m = csv_metrics(run)
     losses = [m["train/loss"][s] for s in sorted(m["train/loss"])]
@@ -124,6 +127,8 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
     bleu = [m["val/bleu"][s] for s in sorted(m["val/bleu"])]
     assert len(bleu) == 3 and bleu[-1] > 50 and bleu[0] < bleu[-1], bleu
     assert m["val/loss"] and m["val/chrf"] and m["train/tok_s"] and m["train/lr"]
+    wall = [m["val/wall_min"][s] for s in sorted(m["val/wall_min"])]  # BLEU-against-time
+    assert len(wall) == 3 and 0 < wall[0] < wall[1] < wall[2], wall
     # sacreBLEU's signature once, samples at each validation
     assert out.count("nrefs:1|case:mixed|eff:no|tok:13a") == 1, out
     assert out.count("  HYP ") == 3 * 2
@@ -506,3 +511,21 @@ def test_resume_from_an_unsafe_checkpoint_is_a_clear_error(tmp_path, capsys):
     assert "Traceback" not in err
     last = err.strip().splitlines()[-1]  # after the data module's report lines
     assert last.startswith("seq2seq train: error: ") and "unsafe unpickling" in last
+
+
+# ---------------------------------------------------------------------------------------------
+# training.precision auto (seq2seq/precision.py)
+
+
+@pytest.mark.parametrize(("flags", "expected"), [({"avx2"}, "32"), ({"amx_bf16"}, "bf16-mixed")])
+def test_precision_auto_is_resolved_and_trains(tmp_path, monkeypatch, capsys, flags, expected):
+    import seq2seq.precision as precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
+    monkeypatch.setattr(precision, "bf16_speedup", lambda d_model, d_ff: 2.0)
+    data = write_copy_corpus(tmp_path / "data", n_train=60, n_valid=6)
+    cfg = load_config(None, overrides(data, precision="auto", max_steps=3, val_every_steps=3))
+    run = train(cfg, tmp_path / "run", progress=False)
+    assert f"training.precision auto: {expected} (" in capsys.readouterr().err
+    assert read_checkpoint(run / "checkpoints" / "last.ckpt")["global_step"] == 3
+    assert load_config(run / "config.yaml").training.precision == "auto"  # as configured

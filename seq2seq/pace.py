@@ -1,0 +1,108 @@
+"""The expected duration of a run bounded by updates, and one warning when it runs slow.
+
+A config sized for a machine (``make demo``: 1,200 updates, about 10 minutes on 2 cores) says
+so in ``training.expected_minutes`` (and ``training.expected_machine``). :class:`PaceWatch`
+prints that estimate when training starts and, once enough updates have run to tell, warns a
+single time when the run is on course to take much longer (``slow_factor`` times the
+estimate): another job sharing the cores, fewer threads, a slower CPU. The warning changes
+nothing else: the run is bounded by updates, so it gives the same model, only later.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+import pytorch_lightning as pl
+
+__all__ = ["PaceWatch", "format_minutes"]
+
+
+def format_minutes(seconds: float) -> str:
+    """``"about 10 min"``, ``"about 1 h 25 min"``, ``"under a minute"``."""
+    minutes = round(seconds / 60)
+    if minutes < 1:
+        return "under a minute"
+    if minutes < 60:
+        return f"about {minutes} min"
+    return f"about {minutes // 60} h {minutes % 60} min"
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class PaceWatch(pl.Callback):
+    """Print the expected training time at start; warn once when the run is much slower.
+
+    Args:
+        expected_minutes: training time (validation included) of ``max_steps`` updates on
+            the machine the config was sized on.
+        machine: that machine, in words (printed with the estimate), or "".
+        slow_factor: warn when the projected time exceeds the estimate by this factor.
+        min_updates: updates (of this launch) before the pace is judged; at least 5% of the
+            run is always waited for, so that the first, slower updates do not count alone.
+        log: where the lines go (stderr).
+        clock: seconds, monotonic (tests pass a fake one).
+    """
+
+    def __init__(
+        self,
+        *,
+        expected_minutes: float,
+        machine: str = "",
+        slow_factor: float = 1.5,
+        min_updates: int = 20,
+        log: Callable[[str], None] = _stderr,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if expected_minutes <= 0:
+            raise ValueError("expected_minutes must be positive")
+        self.expected_s = expected_minutes * 60.0
+        self.machine = machine
+        self.slow_factor = slow_factor
+        self.min_updates = min_updates
+        self.write = log
+        self.clock = clock
+        self.warned = False
+        self._start: tuple[float, int] | None = None
+        self._per_update = 0.0
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        max_steps = trainer.max_steps
+        if max_steps is None or max_steps < 1:
+            return  # only a run bounded by updates has an expected duration
+        step = trainer.global_step
+        self._per_update = self.expected_s / max_steps
+        self._start = (self.clock(), step)
+        if not trainer.is_global_zero:
+            return
+        left = max_steps - step
+        where = f" on {self.machine}" if self.machine else ""
+        what = f"{left:,} updates" + (f" (of {max_steps:,})" if step else "")
+        self.write(
+            f"expected training time: {format_minutes(left * self._per_update)} for {what}"
+            f"{where}; a slower or busier machine takes longer and trains the same model"
+        )
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if self.warned or self._start is None or not trainer.is_global_zero:
+            return
+        t0, step0 = self._start
+        done = trainer.global_step - step0
+        left = trainer.max_steps - step0
+        if done < max(self.min_updates, 0.05 * left) or done <= 0:
+            return
+        rate = (self.clock() - t0) / done  # seconds per update, validation included
+        if rate <= self.slow_factor * self._per_update:
+            return
+        self.warned = True
+        projected = rate * left
+        self.write(
+            f"warning: training runs {rate / self._per_update:.1f}x slower than expected "
+            f"({rate:.2f} s per update, not {self._per_update:.2f}): "
+            f"{format_minutes(projected)} in all instead of {format_minutes(left * self._per_update)}. "
+            "Another job may be sharing the CPU cores (or training.threads is lower than the "
+            "config's); the run still stops after the same updates, with the same model"
+        )

@@ -1,0 +1,96 @@
+"""PaceWatch: the expected duration at start, one warning when the run is much slower."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from seq2seq.config import ConfigError, load_config
+from seq2seq.pace import PaceWatch, format_minutes
+from seq2seq.system import check_training_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _run(watch: PaceWatch, clock: FakeClock, *, seconds_per_update: float, steps: int, start=0):
+    trainer = SimpleNamespace(max_steps=1200, global_step=start, is_global_zero=True)
+    watch.on_train_start(trainer, None)
+    for _ in range(steps):
+        clock.now += seconds_per_update
+        trainer.global_step += 1
+        watch.on_train_batch_end(trainer, None, None, None, 0)
+
+
+def test_prints_the_expected_duration_and_stays_quiet_at_the_expected_pace():
+    lines: list[str] = []
+    clock = FakeClock()
+    watch = PaceWatch(expected_minutes=10, machine="2 cores of X", log=lines.append, clock=clock)
+    _run(watch, clock, seconds_per_update=0.6, steps=1200)  # 0.5 s expected: 1.2x is fine
+    assert lines == [
+        "expected training time: about 10 min for 1,200 updates on 2 cores of X; a slower or "
+        "busier machine takes longer and trains the same model"
+    ]
+    assert not watch.warned
+
+
+def test_warns_once_when_much_slower():
+    lines: list[str] = []
+    clock = FakeClock()
+    watch = PaceWatch(expected_minutes=10, log=lines.append, clock=clock)
+    _run(watch, clock, seconds_per_update=1.25, steps=1200)  # 2.5x slower
+    assert len(lines) == 2 and watch.warned
+    warning = lines[1]
+    assert warning.startswith("warning: training runs 2.5x slower than expected")
+    assert "1.25 s per update, not 0.50" in warning and "about 25 min" in warning
+    # judged only after 5% of the run (60 updates), not on the first few
+    clock2, lines2 = FakeClock(), []
+    early = PaceWatch(expected_minutes=10, log=lines2.append, clock=clock2)
+    _run(early, clock2, seconds_per_update=5.0, steps=59)
+    assert len(lines2) == 1 and not early.warned
+    early.on_train_batch_end(
+        SimpleNamespace(max_steps=1200, global_step=60, is_global_zero=True), None, None, None, 0
+    )
+    assert early.warned and len(lines2) == 2
+
+
+def test_a_resumed_run_expects_only_its_remaining_updates():
+    lines: list[str] = []
+    clock = FakeClock()
+    watch = PaceWatch(expected_minutes=10, log=lines.append, clock=clock)
+    _run(watch, clock, seconds_per_update=0.5, steps=10, start=600)
+    assert lines[0].startswith("expected training time: about 5 min for 600 updates (of 1,200)")
+
+
+def test_format_minutes():
+    assert format_minutes(20) == "under a minute"
+    assert format_minutes(630) == "about 10 min"
+    assert format_minutes(85 * 60) == "about 1 h 25 min"
+
+
+def test_expected_minutes_is_checked():
+    with pytest.raises(ConfigError, match="training.expected_minutes must be >= 0"):
+        check_training_config(load_config(None, ["training.expected_minutes=-1"]))
+    with pytest.raises(ConfigError, match="needs training.max_steps"):
+        check_training_config(
+            load_config(
+                None,
+                ["training.expected_minutes=5", "training.max_steps=0", "training.max_epochs=3"],
+            )
+        )
+
+
+def test_the_demo_config_states_its_expected_duration():
+    cfg = load_config(REPO / "configs" / "multi30k_quick.yaml")
+    assert cfg.training.max_time is None and cfg.training.max_steps == 1200
+    assert cfg.training.expected_minutes > 0
+    check_training_config(cfg)
