@@ -152,7 +152,7 @@ def _run_train(args) -> int:
         raise UserError("give --out DIR for a new run, or --resume DIR")
     check_paths(
         input_files=[("--config", args.config)],
-        input_dirs=[("--mirror", args.mirror)],
+        input_dirs=[("--mirror", args.mirror), ("--init-from", args.init_from)],
         output_dirs=[
             ("--resume" if args.resume else "--out", out),
             ("--cache-dir", args.cache_dir),
@@ -761,6 +761,12 @@ def _run_score(args) -> int:
     from seq2seq.scoring import Scorer, score_files
 
     _set_threads(args)
+    _check_device(args)
+    check_paths(
+        input_files=[("--src", args.src), ("--tgt", args.tgt)],
+        input_dirs=[("model directory", args.model_dir)],
+        output_files=[("-o", args.output)],
+    )
     scorer = Scorer.load(args.model_dir, device=args.device, max_tokens=args.max_tokens)
     len_penalty = args.len_penalty
     if len_penalty is None:

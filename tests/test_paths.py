@@ -170,6 +170,38 @@ def test_translate_refuses_to_overwrite_its_input(model_dir, places, capsys):
             "which is a file",
         ),
         ("serve", lambda m, p: ["serve", str(p["dir"] / "nope")], "not found"),
+        (
+            "score",
+            lambda m, p: [
+                "score",
+                m,
+                "--src",
+                str(p["file"]),
+                "--tgt",
+                str(p["file"]),
+                "-o",
+                str(p["file"]),
+            ],
+            "is the --src itself",
+        ),
+        (
+            "score",
+            lambda m, p: ["score", m, m, "--src", str(p["file"]), "--tgt", str(p["dir"])],
+            "--tgt",
+        ),
+        (
+            "train",
+            lambda m, p: [
+                "train",
+                "--config",
+                "configs/multi30k_tiny.yaml",
+                "--init-from",
+                m,
+                "--out",
+                m,
+            ],
+            "is the --init-from itself",
+        ),
     ],
 )
 def test_every_subcommand_checks_its_paths_first(
