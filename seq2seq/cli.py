@@ -480,7 +480,10 @@ def _run_translate(args) -> int:
     check_paths(
         input_files=[("-i", args.input), ("--terminology", args.terminology)],
         input_dirs=[("model directory", args.model_dir)],
-        output_files=[("-o", args.output), ("-o", args.output and args.output + ".partial")],
+        output_files=[
+            ("-o", args.output and f"{args.output}{suffix}")
+            for suffix in ("", ".partial", ".partial.json")  # the output and what precedes it
+        ],
     )
     line_constraints = LineConstraints(
         constraints=args.constraints,
