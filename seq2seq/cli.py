@@ -1,7 +1,9 @@
 """The ``seq2seq`` command. Each subcommand is a thin wrapper over one module.
 
 User mistakes (:class:`seq2seq.errors.UserError`) print one line on stderr and exit 2;
-``--debug`` shows the traceback instead.
+``--debug`` shows the traceback instead. Each subcommand checks its paths first
+(:func:`seq2seq.paths.check_paths`). A command stopped by SIGINT exits 130, by SIGTERM 143, with
+one line saying how to continue (:mod:`seq2seq.signals`).
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ def _run_train(args) -> int:
         raise UserError("give --out DIR for a new run, or --resume DIR")
     check_paths(
         input_files=[("--config", args.config)],
-        input_dirs=[("--mirror", args.mirror)],
+        input_dirs=[("--mirror", args.mirror), ("--init-from", args.init_from)],
         output_dirs=[
             ("--resume" if args.resume else "--out", out),
             ("--cache-dir", args.cache_dir),
@@ -478,7 +480,10 @@ def _run_translate(args) -> int:
     check_paths(
         input_files=[("-i", args.input), ("--terminology", args.terminology)],
         input_dirs=[("model directory", args.model_dir)],
-        output_files=[("-o", args.output), ("-o", args.output and args.output + ".partial")],
+        output_files=[
+            ("-o", args.output and f"{args.output}{suffix}")
+            for suffix in ("", ".partial", ".partial.json")  # the output and what precedes it
+        ],
     )
     line_constraints = LineConstraints(
         constraints=args.constraints,
@@ -759,6 +764,12 @@ def _run_score(args) -> int:
     from seq2seq.scoring import Scorer, score_files
 
     _set_threads(args)
+    _check_device(args)
+    check_paths(
+        input_files=[("--src", args.src), ("--tgt", args.tgt)],
+        input_dirs=[("model directory", args.model_dir)],
+        output_files=[("-o", args.output)],
+    )
     scorer = Scorer.load(args.model_dir, device=args.device, max_tokens=args.max_tokens)
     len_penalty = args.len_penalty
     if len_penalty is None:

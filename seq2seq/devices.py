@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from seq2seq.errors import UserError
 
-__all__ = ["available", "check_accelerator", "check_device"]
+__all__ = ["available", "check_accelerator", "check_device", "check_strategy"]
 
 
 def _cuda_count() -> int:
@@ -117,3 +117,16 @@ def check_accelerator(accelerator: str, devices: str) -> None:
                 f"training.accelerator=tpu needs torch_xla, which is not installed; this "
                 f"machine has {available()}"
             )
+
+
+def check_strategy(strategy: str) -> None:
+    """Check ``training.strategy`` against the strategies Lightning knows.
+
+    Raises:
+        UserError: an unknown name, with the valid ones listed.
+    """
+    from pytorch_lightning.strategies import StrategyRegistry
+
+    known = ["auto", *sorted(StrategyRegistry.available_strategies())]
+    if strategy not in known:
+        raise UserError(f"training.strategy is {strategy!r}; expected one of {', '.join(known)}")

@@ -769,6 +769,16 @@ def _decoder_feed(tokens, position: int, src_pad, self_kv, cross) -> dict:
     return feed
 
 
+def _newest_opset() -> int:
+    """The newest opset torch's TorchScript-based exporter (``dynamo=False``) writes."""
+    try:
+        from torch.onnx import _constants
+
+        return int(_constants.ONNX_TORCHSCRIPT_EXPORTER_MAX_OPSET)
+    except (ImportError, AttributeError):  # another torch: let the exporter judge
+        return 10**6
+
+
 def export_onnx(
     model_dir: str | Path, out_dir: str | Path, *, opset: int = 17, force: bool = False
 ) -> Path:
@@ -788,6 +798,11 @@ def export_onnx(
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     if opset < 14:
         raise ExportError(f"ONNX opset {opset} is too old; use 14 or newer (default 17)")
+    newest = _newest_opset()
+    if opset > newest:
+        raise ExportError(
+            f"ONNX opset {opset} is newer than this torch exports (14..{newest}, default 17)"
+        )
     _check_out(out_dir, force)
     require("onnx")  # torch.onnx.export needs it
     require("onnxruntime")  # the self-check

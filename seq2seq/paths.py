@@ -112,6 +112,12 @@ def _check_output_file(path: Path, what: str) -> None:
     shown = _show(path)
     if path.is_dir():
         raise PathError(f"{what} {shown} is a directory; give a file name")
+    special = str(path.resolve()).startswith(("/dev/", "/proc/"))  # /dev/stdout, /proc/...
+    if (path.exists() and not path.is_file()) or special:  # renaming over it would replace it
+        raise PathError(
+            f"{what} {shown} is not a regular file (a device or a pipe?); give a file name, or "
+            "leave the option out to write to standard output"
+        )
     _check_writable_place(path, what)
     if path.exists() and not os.access(path, os.W_OK):
         raise PathError(f"{what} {shown} exists and is not writable")

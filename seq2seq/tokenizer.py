@@ -84,9 +84,9 @@ def _train_model(
     max_sentences: int,
 ) -> bytes:
     # SentencePiece runs this iterator from C++: an exception raised in it comes back as a
-    # RuntimeError with a Python stack frame in its text. So a UserError (bad UTF-8) ends the
-    # iteration and is raised again below, as it was, in one line.
-    failed: list[UserError] = []
+    # RuntimeError with a Python stack frame in its text. So an exception (bad UTF-8, or a
+    # signal: Ctrl-C, SIGTERM) ends the iteration and is raised again below, as it was.
+    failed: list[BaseException] = []
     count = [0]
 
     def sentences() -> Iterator[str]:
@@ -95,7 +95,9 @@ def _train_model(
                 for sentence in _sentences(path):
                     count[0] += 1
                     yield sentence
-        except UserError as e:
+        except GeneratorExit:
+            raise
+        except BaseException as e:  # noqa: BLE001 (re-raised once SentencePiece returns)
             failed.append(e)
 
     names = ", ".join(str(p) for p in files)

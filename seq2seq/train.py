@@ -494,7 +494,7 @@ def train(
             checkpoint, a diverged run (:class:`~seq2seq.system.TrainingDiverged`).
     """
     from seq2seq.datamodule import TranslationDataModule
-    from seq2seq.devices import check_accelerator
+    from seq2seq.devices import check_accelerator, check_strategy
     from seq2seq.paths import check_paths
     from seq2seq.stopping import SignalStop, stopped
     from seq2seq.system import TranslationModule, check_training_config, monitor_mode
@@ -502,6 +502,7 @@ def train(
     check_training_config(cfg)
     t = cfg.training
     check_accelerator(t.accelerator, t.devices)
+    check_strategy(t.strategy)
     out_dir = Path(out_dir)
     ckpt_dir = out_dir / CHECKPOINT_DIR
     last = ckpt_dir / LAST

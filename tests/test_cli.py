@@ -74,3 +74,22 @@ def test_debug_flag_shows_the_traceback(tmp_path):
     )
     assert r.returncode != 0
     assert b"Traceback" in r.stderr
+
+
+def test_version_and_every_config_named_in_help_exists():
+    import re
+    from pathlib import Path
+
+    from seq2seq import __version__
+    from seq2seq.cli import build_parser
+
+    r = run_cli("--version")
+    assert r.returncode == 0 and r.stdout.decode().strip() == f"seq2seq {__version__}"
+    repo = Path(__file__).resolve().parents[1]
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    named = set()
+    for p in sub.choices.values():
+        named |= set(re.findall(r"configs/[\w.-]+\.yaml", p.format_help()))
+    assert named, "no help names a config"
+    assert all((repo / name).is_file() for name in named), named

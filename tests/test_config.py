@@ -256,3 +256,13 @@ def test_a_duplicate_key_inside_a_section_is_an_error(tmp_path):
     path.write_text("training:\n  lr: 0.001\n  warmup_steps: 10\n  lr: 0.1\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"x.yaml:4: duplicate key lr \(first given at line 2\)"):
         load_config(path)
+
+
+def test_yaml_merge_keys_are_not_duplicates(tmp_path):
+    from seq2seq.config import _read_yaml
+
+    path = tmp_path / "x.yaml"
+    path.write_text(
+        "base: &b\n  d_model: 32\n  n_heads: 4\nmodel:\n  <<: *b\n  n_heads: 2\n", encoding="utf-8"
+    )
+    assert _read_yaml(path)["model"] == {"d_model": 32, "n_heads": 2}  # an override, as YAML says

@@ -55,3 +55,14 @@ def test_translate_and_train_refuse_cuda_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("seq2seq train: error: training.accelerator=gpu, but torch finds no GPU")
     assert not out.exists()
+
+
+def test_an_unknown_strategy_is_refused_before_any_work(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--config", "configs/multi30k_tiny.yaml", "--out", str(out)]
+    assert main([*args, "training.strategy=bogus"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(
+        "seq2seq train: error: training.strategy is 'bogus'; expected one of auto"
+    )
+    assert "ddp" in err and not out.exists()

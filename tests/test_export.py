@@ -369,3 +369,10 @@ def test_a_killed_exports_hidden_folder_is_removed_by_the_next_export(tmp_path):
         (tmp / "x").write_text("done")
     assert not stale.exists() and mine.exists()
     assert (tmp_path / "out" / "x").read_text() == "done"
+
+
+def test_an_opset_newer_than_torch_exports_is_refused_first(tmp_path):
+    model_dir = make_model_dir(tmp_path / "model")
+    with pytest.raises(ExportError, match="ONNX opset 99 is newer than this torch exports"):
+        export_onnx(model_dir, tmp_path / "out", opset=99)
+    assert not (tmp_path / "out").exists()

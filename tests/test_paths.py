@@ -170,6 +170,38 @@ def test_translate_refuses_to_overwrite_its_input(model_dir, places, capsys):
             "which is a file",
         ),
         ("serve", lambda m, p: ["serve", str(p["dir"] / "nope")], "not found"),
+        (
+            "score",
+            lambda m, p: [
+                "score",
+                m,
+                "--src",
+                str(p["file"]),
+                "--tgt",
+                str(p["file"]),
+                "-o",
+                str(p["file"]),
+            ],
+            "is the --src itself",
+        ),
+        (
+            "score",
+            lambda m, p: ["score", m, m, "--src", str(p["file"]), "--tgt", str(p["dir"])],
+            "--tgt",
+        ),
+        (
+            "train",
+            lambda m, p: [
+                "train",
+                "--config",
+                "configs/multi30k_tiny.yaml",
+                "--init-from",
+                m,
+                "--out",
+                m,
+            ],
+            "is the --init-from itself",
+        ),
     ],
 )
 def test_every_subcommand_checks_its_paths_first(
@@ -230,3 +262,12 @@ def test_an_unwritable_output_folder_is_named(tmp_path, monkeypatch):
 def test_stdin_and_unset_paths_are_skipped(tmp_path):
     check_paths(input_files=[("-i", "-"), ("--src", None)], output_files=[("-o", None)])
     check_paths(output_dirs=[("--out", tmp_path / "new" / "deeper")])  # created later
+
+
+def test_a_device_or_pipe_as_output_file_is_refused(model_dir, places, capsys):
+    fifo = places["dir"] / "fifo"
+    os.mkfifo(fifo)
+    for target in ("/dev/null", "/dev/stdout", str(fifo)):
+        assert main(["translate", str(model_dir), "-i", str(places["file"]), "-o", target]) == 2
+        assert "is not a regular file" in _error(capsys, "translate")
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")  # untouched

@@ -142,3 +142,21 @@ def test_sigterm_during_translate_keeps_the_partial_and_says_resume(tmp_path):
     assert err[-1].startswith("seq2seq translate: stopped by SIGTERM"), err
     assert "--resume" in err[-1]
     assert partial.read_text(encoding="utf-8").count("\n") == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("signal_exception", [KeyboardInterrupt(), Stopped(signal.SIGTERM)])
+def test_a_signal_while_sentencepiece_reads_stays_a_signal(tmp_path, monkeypatch, signal_exception):
+    """SentencePiece runs the sentence iterator from C++ and would turn the KeyboardInterrupt
+    (or the SIGTERM's Stopped) raised in it into 'SentencePiece training failed' (exit 2)."""
+    import seq2seq.tokenizer as tokenizer
+
+    def sentences(path):
+        yield from ("alpha beta", "gamma delta") * 50
+        raise signal_exception
+
+    monkeypatch.setattr(tokenizer, "_sentences", sentences)
+    src = tmp_path / "t.src"
+    src.write_text("x\n", encoding="utf-8")
+    with pytest.raises(type(signal_exception)):
+        tokenizer.train_tokenizer(src, src, tmp_path / "tok", vocab_size=30)
+    assert not (tmp_path / "tok" / "spm.model").exists()
