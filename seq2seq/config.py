@@ -356,9 +356,12 @@ class DecodingConfig:
                 prefix + "max_len_b",
                 f"and {prefix}max_len_a are both 0: every translation would be empty",
             )
-        if not math.isfinite(self.len_penalty) or not math.isfinite(self.unk_penalty):
-            key = "len_penalty" if not math.isfinite(self.len_penalty) else "unk_penalty"
-            raise InvalidValue(prefix + key, f"must be a finite number, got {getattr(self, key)}")
+        if not math.isfinite(self.len_penalty):
+            raise InvalidValue(
+                prefix + "len_penalty", f"must be a finite number, got {self.len_penalty}"
+            )
+        if math.isnan(self.unk_penalty):  # inf is fine: never generate the unknown token
+            raise InvalidValue(prefix + "unk_penalty", "must be a number (or inf), got nan")
         if not (0.0 < self.temperature and math.isfinite(self.temperature)):
             raise InvalidValue(prefix + "temperature", f"must be > 0, got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
@@ -548,7 +551,11 @@ def _read_yaml(path: Path) -> dict:
         raise ConfigError(f"config file not found: {path}")
     try:
         text = path.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 (a SafeLoader)
+        loader = _StrictLoader(text)  # a SafeLoader that refuses duplicate keys
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
     except _DuplicateKey as e:
         key = e.key if not isinstance(e.key, str) or e.key.isprintable() else repr(e.key)
         raise ConfigError(
