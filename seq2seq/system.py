@@ -200,7 +200,9 @@ def _adamw(groups: list[dict], t: TrainingConfig, *, fused: bool) -> torch.optim
     small models. The fused kernel computes the same update (tests/test_step_speed.py). Not
     with ``16-mixed``: a fused AdamW unscales the gradients itself, inside ``step``, so
     Lightning would hand this module's gradient normalization, norm and clipping scaled
-    gradients; that case takes the multi-tensor (``foreach``) implementation.
+    gradients; and not under any mixed precision with ``clip_norm`` (Lightning's mixed
+    precision plugin refuses to clip for an optimizer that unscales itself): those cases take
+    the multi-tensor (``foreach``) implementation.
     """
     kwargs = {"lr": t.lr, "betas": tuple(t.betas), "eps": t.eps}
     if fused:
@@ -344,7 +346,11 @@ class TranslationModule(pl.LightningModule):
         groups = [{"params": decay, "weight_decay": t.weight_decay}]
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})
-        optimizer = _adamw(groups, t, fused=t.precision != "16-mixed")
+        # the precision Lightning runs (training.precision: auto resolved), when it runs
+        precision = str(self.trainer.precision) if self._trainer is not None else t.precision
+        mixed = precision.endswith("-mixed") or precision == "auto"
+        fused = not precision.startswith("16") and not (mixed and t.clip_norm > 0)
+        optimizer = _adamw(groups, t, fused=fused)
         factor = lr_factor(
             t.schedule,
             warmup_steps=t.warmup_steps,

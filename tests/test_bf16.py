@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytorch_lightning as pl
 import torch
 
@@ -72,9 +74,9 @@ def test_autocast_bf16_takes_the_fused_loss(monkeypatch):
     torch.testing.assert_close(out.loss.float(), ref.loss, rtol=3e-2, atol=0.0)
 
 
-def _one_update(precision: str) -> tuple[TranslationModule, float]:
+def _one_update(precision: str, *extra: str) -> tuple[TranslationModule, float]:
     torch.manual_seed(3)
-    cfg = load_config(None, [*TINY, f"training.precision={precision}", "training.lr=0.005"])
+    cfg = load_config(None, [*TINY, f"training.precision={precision}", "training.lr=0.005", *extra])
     module = TranslationModule(cfg=cfg, src_vocab_size=VOCAB, tgt_vocab_size=VOCAB)
     g = torch.Generator().manual_seed(1)
     items = [
@@ -87,6 +89,7 @@ def _one_update(precision: str) -> tuple[TranslationModule, float]:
         accelerator="cpu",
         devices=1,
         precision=precision,
+        gradient_clip_val=cfg.training.clip_norm or None,  # as seq2seq train passes it
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
@@ -153,3 +156,10 @@ def test_validation_search_runs_in_float32_under_autocast():
     hyps, casts = _bf16_casts(module, src)
     assert hyps == module.translate_batch(src)  # the float32 search, token for token
     assert casts == 0  # no weight cast at any step (per-call recasts: ~100 here)
+
+
+def test_bf16_mixed_with_clipping_trains():
+    # Lightning's mixed precision plugin refuses to clip for a fused AdamW: the module must
+    # not build one then (seq2seq/system.py _adamw).
+    module, loss = _one_update("bf16-mixed", "training.clip_norm=1.0")
+    assert math.isfinite(loss) and not module.trainer.optimizers[0].defaults["fused"]

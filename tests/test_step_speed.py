@@ -75,8 +75,20 @@ def _same(loop: TranslationModule, fused: TranslationModule, params: list) -> li
     return [theirs[index[id(p)]] for p in params]
 
 
-def test_16_mixed_keeps_lightning_unscaling_before_the_gradient_hooks():
-    cfg = load_config(None, [*TINY, "training.precision=16-mixed"])
+@pytest.mark.parametrize(
+    ("precision", "clip_norm", "fused"),
+    [
+        ("16-mixed", 0.0, False),  # Lightning must unscale before the gradient hooks
+        ("bf16-mixed", 1.0, False),  # Lightning's mixed precision clips only then
+        ("auto", 1.0, False),  # auto may become bf16-mixed
+        ("bf16-mixed", 0.0, True),
+        ("32", 1.0, True),
+    ],
+)
+def test_where_adamw_is_fused(precision, clip_norm, fused):
+    cfg = load_config(
+        None, [*TINY, f"training.precision={precision}", f"training.clip_norm={clip_norm}"]
+    )
     module = TranslationModule(cfg=cfg, src_vocab_size=50, tgt_vocab_size=50)
     opt = module.configure_optimizers()["optimizer"]
-    assert not opt.defaults["fused"] and opt.defaults["foreach"]
+    assert bool(opt.defaults["fused"]) is fused and bool(opt.defaults["foreach"]) is not fused
