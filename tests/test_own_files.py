@@ -173,4 +173,5 @@ def test_own_files_recipe_end_to_end(tmp_path):
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert bad.returncode == 2, bad.stderr[-2000:]
-    assert "train file not found" in bad.stderr and "Traceback" not in bad.stderr
+    assert "data.train_prefix file" in bad.stderr and "nope.en not found" in bad.stderr
+    assert "Traceback" not in bad.stderr
