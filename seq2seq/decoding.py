@@ -33,6 +33,7 @@ __all__ = [
     "max_target_lens",
     "reorder_state",
     "run_search",
+    "search_steps",
     "with_sampled_nbest",
 ]
 
@@ -251,6 +252,47 @@ def with_sampled_nbest(
     flat = search(rows, cons)
     groups = [flat[i : i + opts.nbest] for i in range(0, len(flat), opts.nbest)]
     return [sorted((h for g in grp for h in g), key=lambda h: -h.score) for grp in groups]
+
+
+def search_steps(
+    engine,
+    src: list[list[int]],
+    opts: SearchOptions,
+    constraints: list[Constraints] | None = None,
+    *,
+    attention: bool = False,
+    device: torch.device | None = None,
+) -> list[list[Hypothesis]]:
+    """``Engine.translate_ids`` of an engine that runs seq2seq.search over its own steps.
+
+    ``engine`` has ``start(src, *, attention) -> StepDecoder`` and the special ids
+    (``pad_id``, ``bos_id``, ``eos_id``, ``unk_id``): the torch and ONNX engines and ensembles.
+    Sampled n-best rows are replicated (:func:`with_sampled_nbest`); each batch is one
+    :func:`run_search` over the engine's :class:`StepDecoder`.
+    """
+    if not src:
+        return []
+
+    def search(rows: list[list[int]], cons: list[Constraints] | None) -> list[list[Hypothesis]]:
+        dec = engine.start(rows, attention=attention)
+        return run_search(
+            dec.step,
+            dec.reorder,
+            dec.state,
+            rows,
+            opts,
+            max_positions=dec.max_positions,
+            pad_id=engine.pad_id,
+            bos_id=engine.bos_id,
+            eos_id=engine.eos_id,
+            unk_id=engine.unk_id,
+            device=device,
+            attention=dec.attention,
+            constraints=cons,
+        )
+
+    with torch.inference_mode():
+        return with_sampled_nbest(search, src, opts, constraints)
 
 
 @dataclass

@@ -72,7 +72,7 @@ from seq2seq.decoding import (
     StepDecoder,
     max_target_lens,
     reorder_state,
-    run_search,
+    search_steps,
     with_sampled_nbest,
 )
 from seq2seq.errors import UserError
@@ -197,36 +197,7 @@ class TorchEngine:
         attention: bool = False,
     ) -> list[list[Hypothesis]]:
         """See :class:`Engine`; ``attention``: each hypothesis carries its cross-attention."""
-        if not src:
-            return []
-        return with_sampled_nbest(
-            lambda rows, cons: self._search(rows, opts, cons, attention), src, opts, constraints
-        )
-
-    @torch.inference_mode()
-    def _search(
-        self,
-        src: list[list[int]],
-        opts: SearchOptions,
-        constraints: list[Constraints] | None,
-        attention: bool = False,
-    ) -> list[list[Hypothesis]]:
-        dec = self.start(src, attention=attention)
-        return run_search(
-            dec.step,
-            dec.reorder,
-            dec.state,
-            src,
-            opts,
-            max_positions=dec.max_positions,
-            pad_id=self.pad_id,
-            bos_id=self.bos_id,
-            eos_id=self.eos_id,
-            unk_id=self.unk_id,
-            device=self.device,
-            attention=dec.attention,
-            constraints=constraints,
-        )
+        return search_steps(self, src, opts, constraints, attention=attention, device=self.device)
 
 
 def _cross_attention(state) -> Tensor:
@@ -393,31 +364,9 @@ class OnnxEngine:
         attention: bool = False,
     ) -> list[list[Hypothesis]]:
         """See :class:`seq2seq.decoding.Engine` (``attention`` is not supported)."""
-        if not src:
-            return []
         if attention:
             raise UserError(_ONNX_NO_ATTENTION)
-        return with_sampled_nbest(
-            lambda rows, cons: self._search(rows, opts, cons), src, opts, constraints
-        )
-
-    def _search(
-        self, src: list[list[int]], opts: SearchOptions, constraints: list[Constraints] | None
-    ) -> list[list[Hypothesis]]:
-        dec = self.start(src)
-        return run_search(
-            dec.step,
-            dec.reorder,
-            dec.state,
-            src,
-            opts,
-            max_positions=self.max_positions,
-            pad_id=self.pad_id,
-            bos_id=self.bos_id,
-            eos_id=self.eos_id,
-            unk_id=self.unk_id,
-            constraints=constraints,
-        )
+        return search_steps(self, src, opts, constraints)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,8 +33,7 @@ from seq2seq.decoding import (
     LoadedEngine,
     SearchOptions,
     StepDecoder,
-    run_search,
-    with_sampled_nbest,
+    search_steps,
 )
 from seq2seq.errors import UserError
 from seq2seq.search import Hypothesis
@@ -132,6 +131,17 @@ class EnsembleEngine:
         self.pad_id, self.bos_id = first.pad_id, first.bos_id
         self.eos_id, self.unk_id = first.eos_id, first.unk_id
 
+    def start(self, src: list[list[int]], *, attention: bool = False) -> StepDecoder:
+        """Start every member on ``src``: the ensemble as one step function for the search."""
+        ensemble = Ensemble([e.start(src, attention=attention) for e in self.engines])
+        return StepDecoder(
+            step=ensemble.step,
+            reorder=ensemble.reorder,
+            state=ensemble.state,
+            attention=ensemble.attention,
+            max_positions=ensemble.max_positions,
+        )
+
     def translate_ids(
         self,
         src: list[list[int]],
@@ -141,36 +151,7 @@ class EnsembleEngine:
         attention: bool = False,
     ) -> list[list[Hypothesis]]:
         """See :class:`seq2seq.decoding.Engine`; ``attention``: the members' mean."""
-        if not src:
-            return []
-        return with_sampled_nbest(
-            lambda rows, cons: self._search(rows, opts, cons, attention), src, opts, constraints
-        )
-
-    @torch.inference_mode()
-    def _search(
-        self,
-        src: list[list[int]],
-        opts: SearchOptions,
-        constraints: list[Constraints] | None,
-        attention: bool,
-    ) -> list[list[Hypothesis]]:
-        ensemble = Ensemble([e.start(src, attention=attention) for e in self.engines])
-        return run_search(
-            ensemble.step,
-            ensemble.reorder,
-            ensemble.state,
-            src,
-            opts,
-            max_positions=ensemble.max_positions,
-            pad_id=self.pad_id,
-            bos_id=self.bos_id,
-            eos_id=self.eos_id,
-            unk_id=self.unk_id,
-            device=self.device,
-            constraints=constraints,
-            attention=ensemble.attention,
-        )
+        return search_steps(self, src, opts, constraints, attention=attention, device=self.device)
 
 
 def check_same_vocabularies(names: list[str], tokenizers: list) -> None:
