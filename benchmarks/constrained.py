@@ -25,7 +25,6 @@ prefix at most 1x).
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
 import statistics
@@ -39,7 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from export_parity import load_test_set  # noqa: E402
+from export_parity import add_test_set_args, load_test_set  # noqa: E402
 
 from seq2seq.metrics import score_corpus  # noqa: E402
 from seq2seq.translate import Translator  # noqa: E402
@@ -49,15 +48,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("model_dir", type=Path, help="a trained model directory")
-    p.add_argument("--corpus", help="corpus (default: the model's data.corpus)")
-    p.add_argument("--pair", help="language pair (default: the model's data.pair)")
-    p.add_argument("--split", default="test_2016_flickr", help="test split (test_2016_flickr)")
-    p.add_argument("--variant", help="corpus variant (default: the model's data.variant)")
-    p.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"), help="offline mirror")
-    p.add_argument("--cache-dir", help="corpus download cache")
-    p.add_argument("--src", type=Path, help="source file (instead of a corpus split)")
-    p.add_argument("--ref", type=Path, help="reference file, aligned with --src")
+    add_test_set_args(p)
     p.add_argument("--engine", default="torch", help="torch, torch-nocache or onnx (torch)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--threads", type=int, default=2, help="CPU threads (2)")

@@ -42,15 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("model_dir", type=Path, help="a trained model directory")
-    p.add_argument("--corpus", help="corpus (default: the model's data.corpus)")
-    p.add_argument("--pair", help="language pair (default: the model's data.pair)")
-    p.add_argument("--split", default="test_2016_flickr", help="test split (test_2016_flickr)")
-    p.add_argument("--variant", help="corpus variant (default: the model's data.variant)")
-    p.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"), help="offline mirror")
-    p.add_argument("--cache-dir", help="corpus download cache")
-    p.add_argument("--src", type=Path, help="source file (instead of a corpus split)")
-    p.add_argument("--ref", type=Path, help="reference file, aligned with --src")
+    add_test_set_args(p)
     p.add_argument(
         "--engines",
         default=",".join(ENGINES),
@@ -63,6 +55,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--export-dir", type=Path, help="keep the exports here (default: a temp dir)")
     p.add_argument("--tokenized-lc", action="store_true", help="BLEU with tokenize=none, lowercase")
     return p.parse_args(argv)
+
+
+def add_test_set_args(p: argparse.ArgumentParser) -> None:
+    """The model directory and the test-set options :func:`load_test_set` reads."""
+    p.add_argument("model_dir", type=Path, help="a trained model directory")
+    p.add_argument("--corpus", help="corpus (default: the model's data.corpus)")
+    p.add_argument("--pair", help="language pair (default: the model's data.pair)")
+    p.add_argument("--split", default="test_2016_flickr", help="test split (test_2016_flickr)")
+    p.add_argument("--variant", help="corpus variant (default: the model's data.variant)")
+    p.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"), help="offline mirror")
+    p.add_argument("--cache-dir", help="corpus download cache")
+    p.add_argument("--src", type=Path, help="source file (instead of a corpus split)")
+    p.add_argument("--ref", type=Path, help="reference file, aligned with --src")
 
 
 def load_test_set(args: argparse.Namespace, work_dir: Path) -> tuple[list[str], list[str], str]:
