@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from seq2seq.config import load_config
 from seq2seq.model import build_model
-from seq2seq.modeldir import save_model_dir
+from seq2seq.modeldir import load_model_dir, save_model_dir
 from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 __all__ = ["TINY_OVERRIDES", "WORDS", "make_model_dir", "synthetic_pairs"]
@@ -172,3 +172,16 @@ def make_model_dir(
         _CACHE[key] = built
     shutil.copytree(_CACHE[key], path)
     return path
+
+
+def perturbed_copy(model_dir: Path, out: Path, *, seed: int, scale: float = 0.3) -> Path:
+    """A copy of ``model_dir`` at ``out`` (same SentencePiece model and vocabulary) whose weights
+    are each moved by ``scale`` times their tensor's standard deviation of Gaussian noise."""
+    shutil.copytree(model_dir, out)
+    loaded = load_model_dir(model_dir)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in loaded.model.parameters():
+            p.add_(scale * p.std().nan_to_num(0.0) * torch.randn(p.shape, generator=gen))
+    save_model_dir(out, loaded.model, loaded.cfg)
+    return out

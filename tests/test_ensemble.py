@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import math
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from factories import make_model_dir
+from factories import make_model_dir, perturbed_copy
 
 from seq2seq.cli import main
 from seq2seq.decoding import StepDecoder
 from seq2seq.ensemble import Ensemble, combine_log_probs
 from seq2seq.errors import UserError
-from seq2seq.modeldir import load_model_dir, save_model_dir
 from seq2seq.search import beam_search, greedy_search
 from seq2seq.translate import Translator
 
@@ -34,15 +32,7 @@ def trained_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def second_dir(trained_dir, tmp_path_factory) -> Path:
     """Another model with the same vocabulary: the first one's weights, perturbed."""
-    out = tmp_path_factory.mktemp("ens") / "b"
-    shutil.copytree(trained_dir, out)
-    loaded = load_model_dir(trained_dir)
-    gen = torch.Generator().manual_seed(7)
-    with torch.no_grad():
-        for p in loaded.model.parameters():
-            p.add_(0.3 * p.std().nan_to_num(0.0) * torch.randn(p.shape, generator=gen))
-    save_model_dir(out, loaded.model, loaded.cfg)
-    return out
+    return perturbed_copy(trained_dir, tmp_path_factory.mktemp("ens") / "b", seed=7)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 from pathlib import Path
 
 import pytest
-import torch
-from factories import make_model_dir
+from factories import make_model_dir, perturbed_copy
 
 from seq2seq.cli import main
-from seq2seq.modeldir import load_model_dir, save_model_dir
 from seq2seq.scoring import Scorer
 from seq2seq.tokenizer import EOS_ID
 from seq2seq.translate import Translator
@@ -34,15 +31,7 @@ def trained_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def second_dir(trained_dir, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("score") / "b"
-    shutil.copytree(trained_dir, out)
-    loaded = load_model_dir(trained_dir)
-    gen = torch.Generator().manual_seed(11)
-    with torch.no_grad():
-        for p in loaded.model.parameters():
-            p.add_(0.3 * p.std().nan_to_num(0.0) * torch.randn(p.shape, generator=gen))
-    save_model_dir(out, loaded.model, loaded.cfg)
-    return out
+    return perturbed_copy(trained_dir, tmp_path_factory.mktemp("score") / "b", seed=11)
 
 
 def search_outputs(translator: Translator, **opts):
