@@ -113,12 +113,18 @@ class Connection:
         self.writer: asyncio.StreamWriter | None = None
 
     async def post(self, path: str, payload: dict) -> tuple[int, object]:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(HOST, self.port)
         body = json.dumps(payload).encode()
         head = (f"POST {path} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n"
                 f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n")  # fmt: skip
-        self.writer.write(head.encode() + body)
+        return await self._send(head.encode() + body)
+
+    async def get(self, path: str) -> tuple[int, object]:
+        return await self._send(f"GET {path} HTTP/1.1\r\nHost: {HOST}:{self.port}\r\n\r\n".encode())
+
+    async def _send(self, request: bytes) -> tuple[int, object]:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(HOST, self.port)
+        self.writer.write(request)
         assert self.reader is not None
         status_line = await self.reader.readline()
         if not status_line:
@@ -210,6 +216,16 @@ async def load(
         finally:
             conn.close()
 
+    async def engine_stats() -> dict:
+        """The server's counters (GET /health) at the start of the timed window."""
+        await asyncio.sleep(max(t0 - time.perf_counter(), 0))
+        conn = Connection(port)
+        try:
+            return (await conn.get("/health"))[1]
+        finally:
+            conn.close()
+
+    stats_at_start = asyncio.create_task(engine_stats())
     ticker = None
     if on_tick is not None:
 
@@ -223,10 +239,19 @@ async def load(
     if ticker is not None:
         ticker.cancel()
     elapsed = min(time.perf_counter(), end) - t0
+    first = await stats_at_start
+    conn = Connection(port)
+    last = (await conn.get("/health"))[1]
+    conn.close()
+    batches = last["batches"] - first["batches"]
+    # the share of the window the engine worker spent translating, and its mean batch
+    engine = {"engine_busy": (last["busy_seconds"] - first["busy_seconds"]) / elapsed,
+              "mean_batch": (last["sentences"] - first["sentences"]) / max(batches, 1)}  # fmt: skip
     return {
         "clients": clients,
         "seconds": elapsed,
         **counts,
+        **engine,
         "sentences_per_s": counts["sentences"] / elapsed,
         "p50_ms": 1000 * percentile(latencies, 50),
         "p95_ms": 1000 * percentile(latencies, 95),
@@ -387,7 +412,9 @@ def main() -> None:
                         rows.append(row)
                         print(f"  round {rnd + 1}: {name} {clients:>3} clients: "
                               f"{row['sentences_per_s']:.1f} sent/s, p50 {row['p50_ms']:.0f} ms, "
-                              f"errors {row['errors']}, wrong {row['wrong']}", flush=True)  # fmt: skip
+                              f"errors {row['errors']}, wrong {row['wrong']}, engine busy "
+                              f"{row['engine_busy']:.0%}, mean batch {row['mean_batch']:.1f}",
+                              flush=True)  # fmt: skip
                     out.append(rows)
             if args.soak > 0:
                 server = servers["batched"]
