@@ -66,7 +66,7 @@ SCOPES = {
     "seq2seq.model.DecoderState.reorder": "reorder",
     "seq2seq.attention.KVCache.write": "KV cache write",
     "seq2seq.attention.attend": "attention",
-    "seq2seq.search._beam_candidates": "search rules",
+    "seq2seq.search.beam_candidates": "search rules",
 }
 
 

@@ -9,7 +9,9 @@ same run, two baselines:
 - offline: the same engine translating the same sentences in batches, in its own process
   (the ceiling: no HTTP, no waiting for requests);
 - unbatched: the same server with ``--no-batching`` (one request at a time), at the same
-  numbers of clients.
+  numbers of clients;
+- static: the same server with ``--no-continuous`` (dynamic batching in static batches, no
+  sentence joins a running search), at ``--static-levels``.
 
 Each level runs for ``--seconds`` (and at most ``--max-requests`` requests) after a short
 warm-up; ``--rounds`` repeats offline, batched and unbatched measurements in turn and reports
@@ -244,9 +246,13 @@ async def load(
     last = (await conn.get("/health"))[1]
     conn.close()
     batches = last["batches"] - first["batches"]
-    # the share of the window the engine worker spent translating, and its mean batch
+    steps = last["stream_steps"] - first["stream_steps"]
+    # the share of the window the engine worker spent translating, and its mean batch: the
+    # sentences in the continuous search per step, or else per static batch
+    mean = ((last["stream_rows"] - first["stream_rows"]) / steps if steps
+            else (last["sentences"] - first["sentences"]) / max(batches, 1))  # fmt: skip
     engine = {"engine_busy": (last["busy_seconds"] - first["busy_seconds"]) / elapsed,
-              "mean_batch": (last["sentences"] - first["sentences"]) / max(batches, 1)}  # fmt: skip
+              "mean_batch": mean}  # fmt: skip
     return {
         "clients": clients,
         "seconds": elapsed,
@@ -305,12 +311,12 @@ def read_test_source(model_dir: Path, mirror: str | None, split: str) -> list[st
 def print_table(title: str, rows: list[dict]) -> None:
     print(f"\n{title}")
     print(f"{'clients':>8}{'sent/s':>10}{'range':>14}{'p50 ms':>9}{'p95 ms':>9}{'p99 ms':>9}"
-          f"{'requests':>10}{'errors':>8}{'wrong':>7}{'RSS MiB':>9}")  # fmt: skip
+          f"{'requests':>10}{'errors':>8}{'wrong':>7}{'RSS MiB':>9}{'batch':>7}{'busy':>6}")  # fmt: skip
     for r in rows:
         spread = f"{min(r['rounds']):.1f}-{max(r['rounds']):.1f}"
         print(f"{r['clients']:>8}{r['sentences_per_s']:>10.1f}{spread:>14}{r['p50_ms']:>9.0f}"
               f"{r['p95_ms']:>9.0f}{r['p99_ms']:>9.0f}{r['requests']:>10}{r['errors']:>8}"
-              f"{r['wrong']:>7}{r['rss_mib']:>9.0f}")  # fmt: skip
+              f"{r['wrong']:>7}{r['rss_mib']:>9.0f}{r['mean_batch']:>7.1f}{r['engine_busy']:>6.0%}")  # fmt: skip
         for e in r["first_errors"]:
             print(f"{'':>8}  error: {e}")
 
@@ -330,6 +336,8 @@ def summarize(per_round: list[list[dict]]) -> list[dict]:
             "errors": sum(r["errors"] for r in level),
             "wrong": sum(r["wrong"] for r in level),
             "rss_mib": max(r["rss_mib"] for r in level),
+            "mean_batch": statistics.median(r["mean_batch"] for r in level),
+            "engine_busy": statistics.median(r["engine_busy"] for r in level),
             "first_errors": [e for r in level for e in r["first_errors"]][:5],
         })  # fmt: skip
     return rows
@@ -353,6 +361,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--levels", default="1,8,32,128", help="numbers of concurrent clients")
     p.add_argument("--unbatched-levels", default="1,8,32", help="levels of the unbatched server")
+    p.add_argument("--static-levels", default="32", help="levels of the --no-continuous server")
     p.add_argument("--seconds", type=float, default=20, help="timed seconds per level")
     p.add_argument("--warmup", type=float, default=3, help="untimed seconds before each level")
     p.add_argument("--max-requests", type=int, default=20000, help="cap per level")
@@ -377,10 +386,11 @@ def main() -> None:
     src = read_test_source(args.model_dir, args.mirror, args.split)
     levels = [int(x) for x in args.levels.split(",") if x]
     unbatched_levels = [int(x) for x in args.unbatched_levels.split(",") if x]
+    static_levels = [int(x) for x in args.static_levels.split(",") if x]
     results: dict = {"model": str(args.model_dir), "engine": args.engine, "threads": args.threads,
                      "sentences": len(src), "split": args.split, "rounds": args.rounds}  # fmt: skip
     extra = args.server_args.split()
-    offline_runs, batched, unbatched = [], [], []
+    offline_runs, batched, unbatched, static = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         src_file, out_file = Path(tmp) / "src.txt", Path(tmp) / "hyp.json"
         src_file.write_text("".join(s + "\n" for s in src), encoding="utf-8")
@@ -390,6 +400,10 @@ def main() -> None:
         if unbatched_levels:
             servers["unbatched"] = Server(
                 args.model_dir, args.engine, args.threads, [*extra, "--no-batching"]
+            )
+        if static_levels:
+            servers["static"] = Server(
+                args.model_dir, args.engine, args.threads, [*extra, "--no-continuous"]
             )
         try:
             want: dict[str, str] = {}
@@ -402,7 +416,8 @@ def main() -> None:
                 offline_runs.append(off)
                 print(f"  round {rnd + 1}: offline {off['sentences_per_s']:.1f} sent/s", flush=True)
                 for name, run_levels, out in (("batched", levels, batched),
-                                              ("unbatched", unbatched_levels, unbatched)):  # fmt: skip
+                                              ("unbatched", unbatched_levels, unbatched),
+                                              ("static", static_levels, static)):  # fmt: skip
                     rows = []
                     for clients in run_levels:
                         row = asyncio.run(load(servers[name].port, src, want, clients=clients,
@@ -451,6 +466,7 @@ def main() -> None:
     results["offline"] = {"sentences_per_s": off, "rounds": offline_runs}
     results["batched"] = summarize(batched) if levels else []
     results["unbatched"] = summarize(unbatched) if unbatched_levels else []
+    results["static"] = summarize(static) if static_levels else []
     rounds = f"median of {args.rounds} rounds" if args.rounds > 1 else "1 round"
     print(f"\nseq2seq serve load test: {args.model_dir} ({args.engine}, {args.threads} threads), "
           f"{len(src)} {args.split} sentences, 1-3 per request, {args.seconds:g} s per level, "
@@ -462,15 +478,20 @@ def main() -> None:
         print_table("server, dynamic batching:", results["batched"])
     if results["unbatched"]:
         print_table("server, --no-batching (one request at a time):", results["unbatched"])
+    if results["static"]:
+        print_table("server, --no-continuous (static batches only):", results["static"])
     ratios = {}
     for rnd in range(args.rounds):  # ratios within a round, then the median
         b = {r["clients"]: r["sentences_per_s"] for r in batched[rnd]} if levels else {}
         u = {r["clients"]: r["sentences_per_s"] for r in unbatched[rnd]} if unbatched_levels else {}
+        st = {r["clients"]: r["sentences_per_s"] for r in static[rnd]} if static_levels else {}
         o = offline_runs[rnd]["sentences_per_s"]
         for c, v in b.items():
             ratios.setdefault(f"offline_{c}", []).append(v / o)
             if c in u:
                 ratios.setdefault(f"unbatched_{c}", []).append(v / u[c])
+            if c in st:
+                ratios.setdefault(f"static_{c}", []).append(v / st[c])
     results["ratios"] = ratios
     for c in levels:
         line = f"\nat {c} clients: " if c == 32 else f"at {c} clients: "
@@ -479,6 +500,9 @@ def main() -> None:
         if f"unbatched_{c}" in ratios:
             each = ratios[f"unbatched_{c}"]
             line += f", {statistics.median(each):.1f}x the unbatched server ({', '.join(f'{x:.1f}' for x in each)})"
+        if f"static_{c}" in ratios:
+            each = ratios[f"static_{c}"]
+            line += f", {statistics.median(each):.2f}x static batches ({', '.join(f'{x:.2f}' for x in each)})"
         print(line)
     if "soak" in results:
         s = results["soak"]

@@ -22,6 +22,15 @@ and whether word alignments are wanted). With ``batching=False`` every batch
 holds one request's sentences only: the one-request-at-a-time server that benchmarks compare
 against.
 
+Continuous batching: where the caller gives a ``stream_for(options)`` that returns a
+:class:`Stream` (seq2seq.serve does for the torch engine's beam search, seq2seq.continuous),
+sentences do not wait for a batch to end. The worker advances the running search one step at
+a time; between two steps queued sentences with the search's options join it (up to
+``max_tokens`` source tokens in the search), and each sentence's result goes back the moment
+it is finished. Queued sentences with other options are served first come first served: the
+search stops taking new sentences while an older one with other options waits, finishes the
+ones it has, and that sentence's batch runs next.
+
 An exception in the engine fails only the requests it hit: a failed batch of several requests
 is retried request by request, so one poisoned input does not take its batch neighbours down,
 and the requests whose own retry fails get :class:`EngineFailure`. The scheduler itself never
@@ -37,15 +46,38 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Batcher", "BatcherClosed", "BatcherStats", "EngineFailure"]
+__all__ = ["Batcher", "BatcherClosed", "BatcherStats", "EngineFailure", "Stream"]
 
 Options = TypeVar("Options")  # hashable search options (SearchOptions is a frozen dataclass)
 Result = TypeVar("Result")
 
 TranslateFn = Callable[[list[str], Any], list[Any]]
 """``translate(sentences, options) -> one result per sentence``, run on the worker thread."""
+
+
+class Stream(Protocol):
+    """A running search that sentences join between steps (see the module docstring)."""
+
+    @property
+    def active(self) -> int:
+        """Sentences in the search."""
+        ...
+
+    @property
+    def tokens(self) -> int:
+        """Source tokens of the sentences in the search."""
+        ...
+
+    def advance(self, new: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+        """On the worker thread: let ``new`` ``(key, sentence)`` join, run one step, and
+        return ``(key, result)`` of the sentences finished (new ones may finish at once)."""
+        ...
+
+    def reset(self) -> None:
+        """Forget every sentence (after ``advance`` raised)."""
+        ...
 
 
 class EngineFailure(RuntimeError):
@@ -77,6 +109,10 @@ class BatcherStats:
     in_flight_requests: int = 0
     busy_seconds: float = 0.0
     """Time the worker spent translating batches."""
+    stream_steps: int = 0
+    """Steps of the continuous search."""
+    stream_rows: int = 0
+    """Sentences in the continuous search, summed over its steps (/ stream_steps: the mean)."""
 
 
 @dataclass(eq=False)
@@ -122,6 +158,8 @@ class Batcher(Generic[Options, Result]):
             (the wait only happens while the worker is idle: a busy worker's backlog goes
             out as soon as it is free).
         batching: False: every batch holds the sentences of one request only.
+        stream_for: ``stream_for(options)`` -> a :class:`Stream` for sentences with these
+            options, or None (static batches); with ``batching`` only.
     """
 
     def __init__(
@@ -132,6 +170,7 @@ class Batcher(Generic[Options, Result]):
         max_tokens: int,
         max_wait: float,
         batching: bool = True,
+        stream_for: Callable[[Any], Stream | None] | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -142,6 +181,11 @@ class Batcher(Generic[Options, Result]):
         self.max_tokens = max_tokens
         self.max_wait = max_wait
         self.batching = batching
+        self._stream_for = stream_for if batching else None
+        self._stream: Stream | None = None
+        self._stream_options: Any = None
+        self._in_stream: dict[int, _Item] = {}
+        self._next_key = 0
         self.stats = BatcherStats()
         self._pending: collections.deque[_Item] = collections.deque()
         self._calls: collections.deque[_Call] = collections.deque()
@@ -253,6 +297,11 @@ class Batcher(Generic[Options, Result]):
                 await self._run_call(self._calls.popleft())
                 continue
             self._drop_abandoned()
+            if self._stream is not None:
+                if self._stream.active or self._in_stream:
+                    await self._stream_step()
+                    continue
+                self._stream = None
             if not self._pending:
                 if self._closing:
                     return
@@ -271,14 +320,24 @@ class Batcher(Generic[Options, Result]):
                         await asyncio.wait_for(self._wakeup.wait(), remaining)
                     except TimeoutError:
                         break
+            if self._stream_for is not None:
+                self._stream = self._stream_for(oldest.options)
+                if self._stream is not None:
+                    self._stream_options = oldest.options
+                    await self._stream_step()
+                    continue
             batch = self._take(oldest.options, oldest.job)
             if batch:
                 await self._run_batch(batch)
 
-    def _take(self, options: Any, first_job: _Job) -> list[_Item]:
-        """Remove the next batch from the queue: FIFO among sentences with ``options``."""
+    def _take(self, options: Any, first_job: _Job, *, used: int | None = None) -> list[_Item]:
+        """Remove the next batch from the queue: FIFO among sentences with ``options``.
+
+        ``used``: source tokens already in the running search (joining it, not even the first
+        sentence goes beyond the budget); None: a new batch, whose first sentence always fits.
+        """
         batch: list[_Item] = []
-        tokens = 0
+        tokens = 0 if used is None else used
         keep: collections.deque[_Item] = collections.deque()
         while self._pending:
             item = self._pending.popleft()
@@ -286,7 +345,8 @@ class Batcher(Generic[Options, Result]):
                 self.stats.queued_sentences -= 1
                 continue
             fits = item.options == options and (self.batching or item.job is first_job)
-            if fits and (not batch or tokens + item.n_tokens <= self.max_tokens):
+            first = not batch and used is None
+            if fits and (first or tokens + item.n_tokens <= self.max_tokens):
                 batch.append(item)
                 tokens += item.n_tokens
                 self.stats.queued_sentences -= 1
@@ -299,6 +359,43 @@ class Batcher(Generic[Options, Result]):
         keep.extend(self._pending)
         self._pending = keep
         return batch
+
+    async def _stream_step(self) -> None:
+        """Let queued sentences join the running search, run one step, deliver what finished."""
+        stream = self._stream
+        assert stream is not None
+        loop = asyncio.get_running_loop()
+        joining: list[_Item] = []
+        if self._pending and self._pending[0].options == self._stream_options:
+            first = self._pending[0].job
+            used = stream.tokens if (stream.active or self._in_stream) else None
+            joining = self._take(self._stream_options, first, used=used)
+        new = []
+        for item in joining:
+            self._next_key += 1
+            self._in_stream[self._next_key] = item
+            new.append((self._next_key, item.text))
+        if joining:
+            self.stats.batches += 1
+            self.stats.sentences += len(joining)
+        self.stats.stream_steps += 1
+        self.stats.stream_rows += len(self._in_stream)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(self._in_stream))
+        started = time.perf_counter()
+        try:
+            finished = await loop.run_in_executor(self._executor, stream.advance, new)
+        except Exception as error:  # retried request by request in static batches
+            items = list(self._in_stream.values())
+            self._in_stream.clear()
+            stream.reset()
+            self._stream = None
+            await self._retry_alone(items, self._stream_options, error)
+            return
+        finally:
+            self.stats.busy_seconds += time.perf_counter() - started
+        if finished:
+            items = [self._in_stream.pop(key) for key, _ in finished]
+            self._deliver(items, [result for _, result in finished])
 
     async def _run_call(self, call: _Call) -> None:
         if call.future.done():

@@ -591,6 +591,12 @@ def _serve(sub) -> None:
         action="store_true",
         help="translate one request at a time (the baseline of benchmarks/serve_load.py)",
     )
+    g.add_argument(
+        "--no-continuous",
+        action="store_true",
+        help="static batches only: sentences do not join a running beam search "
+        "(continuous batching is the torch engine's default)",
+    )
     p.add_argument("--no-access-log", action="store_true", help="no log line per request")
     _add_search_args(p)
     p.set_defaults(run=_run_serve)
@@ -618,7 +624,9 @@ def _run_serve(args) -> int:
         max_batch_tokens=args.max_batch_tokens,
     )
     config = ServeConfig(
-        **{k: v for k, v in given.items() if v is not None}, batching=not args.no_batching
+        **{k: v for k, v in given.items() if v is not None},
+        batching=not args.no_batching,
+        continuous=not args.no_continuous,
     )
     serve(
         args.model_dir,

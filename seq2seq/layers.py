@@ -121,6 +121,14 @@ class PositionalEncoding(nn.Module):
             )
         return self.weight[offset : offset + length]
 
+    def at(self, positions: Tensor) -> Tensor:
+        """Position vectors of one position per row: (B,) -> (B, D)."""
+        if positions.numel() and int(positions.max()) >= self.max_positions:
+            raise ValueError(
+                f"position {int(positions.max())} exceeds max_positions ({self.max_positions})"
+            )
+        return self.weight.index_select(0, positions)
+
 
 class FeedForward(nn.Module):
     """Position-wise feed-forward: Linear(D, d_ff) -> activation -> dropout -> Linear(d_ff, D)."""

@@ -297,6 +297,8 @@ class Decoder(nn.Module):
         need_weights: bool = False,
         memory_rows: Tensor | None = None,
         kv_cache: KVCache | None = None,
+        positions: Tensor | None = None,
+        self_key_pad: Tensor | None = None,
     ) -> tuple[Tensor, list[tuple[Tensor, Tensor]], list[LayerWeights]]:
         """Decode new target positions.
 
@@ -311,12 +313,22 @@ class Decoder(nn.Module):
             kv_cache: instead of ``cache``, the earlier positions in a
                 :class:`~seq2seq.attention.KVCache`; the new ones are written into it and its
                 frontier advanced by T.
+            positions: (B,) instead of ``offset``, each row's own absolute position of its
+                one new token (T = 1): rows that started at different steps
+                (seq2seq.continuous). Causal mask only.
+            self_key_pad: (B, Tk) with ``positions``: True at the cached keys a row must not
+                see (the positions before its own start); Tk = cached + 1.
 
         Returns:
             (hidden states (B, T, D), per-layer new self (K, V), per-layer weights).
         """
         t = tgt_ids.size(1)
-        x = self.embedding(tgt_ids) + self.positions(t, offset)  # (B, T, D)
+        if positions is not None:  # one new token per row, each at its own position
+            if t != 1 or self.self_mask != "causal":
+                raise ValueError("per-row positions need one new token and the causal mask")
+            x = self.embedding(tgt_ids) + self.positions.at(positions)[:, None]  # (B, 1, D)
+        else:
+            x = self.embedding(tgt_ids) + self.positions(t, offset)  # (B, T, D)
         x = self.dropout(x)
         if kv_cache is not None:
             past = kv_cache.length
@@ -333,6 +345,11 @@ class Decoder(nn.Module):
             self_mask = self.structural_mask(t, k_len, x.device)  # (T, Tk)
             if bool(self_mask.all()):
                 self_mask = None  # nothing hidden: SDPA's mask-free path
+        if self_key_pad is not None:  # one causal query per row: only its own start hides keys
+            if positions is None:
+                raise ValueError("self_key_pad needs per-row positions")
+            is_causal = False
+            self_mask = ~self_key_pad[:, None, None, :] if bool(self_key_pad.any()) else None
         group = memory_groups(memory_rows, src_pad.size(0))
         if group is None:  # rows share memory rows irregularly: expand the memory to them
             src_pad, cross_kv = _select_rows(src_pad, cross_kv, memory_rows)

@@ -40,6 +40,7 @@ __all__ = [
     "Hypothesis",
     "ReorderFn",
     "StepFn",
+    "beam_candidates",
     "beam_search",
     "greedy_search",
     "sample",
@@ -162,6 +163,7 @@ def _constrain(
     unk_id: int | None,
     unk_penalty: float,
     extra: StepRules | None = None,
+    generated: int | Tensor | None = None,
 ) -> Tensor:
     """Apply the search rules to one step's log-probabilities (a new tensor; input untouched).
 
@@ -182,6 +184,9 @@ def _constrain(
         prefix: (N, t+1) tokens so far, BOS first.
         max_lens: (N,) max length (EOS included) of each row's sentence.
         extra: the constraint rules of this step, or None.
+        generated: tokens generated so far (BOS not counted): an int for every row, or (N,)
+            per row (a search whose rows started at different steps, seq2seq.continuous);
+            None: ``prefix.size(1) - 1``.
 
     Returns:
         (N, V) constrained log-probabilities.
@@ -200,9 +205,12 @@ def _constrain(
         ban = _ngram_ban(prefix, no_repeat_ngram, vocab_size)
         if ban is not None:
             lp = lp.masked_fill(ban, _NEG_INF)
-    generated = prefix.size(1) - 1
+    if generated is None:
+        generated = prefix.size(1) - 1
     eos_lp = lp[:, eos_id].clone()  # (N,) kept for the forced rows
-    if generated < min_len:
+    if isinstance(generated, Tensor):
+        lp[:, eos_id] = lp[:, eos_id].masked_fill(generated < min_len, _NEG_INF)
+    elif generated < min_len:
         lp[:, eos_id] = _NEG_INF
     forced = generated + 1 >= max_lens  # (N,) the next token is the last allowed one
     if bool(forced.any()):
@@ -232,7 +240,7 @@ _FUSED_MIN_VOCAB = 64
 def _constrain_columns(
     vals: Tensor,
     toks: Tensor,
-    generated: int,
+    generated: int | Tensor,
     max_lens: Tensor,
     *,
     eos_id: int,
@@ -247,7 +255,7 @@ def _constrain_columns(
 
     Args:
         vals: (N, C) log-probs of the tokens ``toks`` (N, C), no NaN.
-        generated: tokens generated so far (BOS not counted).
+        generated: tokens generated so far (BOS not counted), for every row or (N,) per row.
         max_lens: (N,) max length of each row's sentence.
         extra: the constraint rules (banned tokens, blocked EOS); ``forced`` must be unset.
 
@@ -262,7 +270,9 @@ def _constrain_columns(
         vals = torch.where(toks == unk_id, vals - unk_penalty, vals)
     is_eos = toks == eos_id  # (N, C)
     forced = generated + 1 >= max_lens  # (N,)
-    if generated < min_len:  # the forced EOS (the pre-min_len value) wins over min_len
+    if isinstance(generated, Tensor):  # per row; the forced EOS wins over min_len
+        vals = vals.masked_fill(is_eos & ((generated < min_len) & ~forced)[:, None], _NEG_INF)
+    elif generated < min_len:  # the forced EOS (the pre-min_len value) wins over min_len
         vals = vals.masked_fill(is_eos & ~forced[:, None], _NEG_INF)
     if bool(forced.any()):
         vals = vals.masked_fill(forced[:, None] & ~is_eos, _NEG_INF)
@@ -278,7 +288,7 @@ def _constrain_columns(
 def _fused_columns(
     log_probs: Tensor,
     n_best: int,
-    generated: int,
+    generated: int | Tensor,
     max_lens: Tensor,
     *,
     eos_id: int,
@@ -367,7 +377,7 @@ def _greedy_pick(
     return tok, best
 
 
-def _beam_candidates(
+def beam_candidates(
     log_probs: Tensor,
     prefix: Tensor,
     max_lens: Tensor,
@@ -382,6 +392,7 @@ def _beam_candidates(
     unk_id: int | None,
     unk_penalty: float,
     extra: StepRules | None = None,
+    generated: Tensor | None = None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The best 2K (beam, token) continuations of each sentence, by cumulative log-prob.
 
@@ -403,6 +414,9 @@ def _beam_candidates(
         max_lens: (N,) max length of each row's sentence.
         scores: (N,) cumulative log-prob of each beam (-inf for dead beams).
         extra: the constraint rules of this step (prefix, avoid, blocked EOS), or None.
+        generated: (N,) tokens each row generated so far, where rows started at different
+            steps (seq2seq.continuous; ``prefix`` is then left-padded and the n-gram ban
+            must be off); None: ``prefix.size(1) - 1`` for every row.
 
     Returns:
         (cand_scores, cand_beam, cand_tok, cand_lp), each (Ba, n_cand) with n_cand =
@@ -413,10 +427,16 @@ def _beam_candidates(
     rows, V = log_probs.shape
     Ba = rows // K
     n_cand = min(2 * K, K * V)
+    if generated is None:
+        generated_rows: int | Tensor = prefix.size(1) - 1
+    elif no_repeat_ngram > 0:
+        raise ValueError("per-row generated counts need no_repeat_ngram = 0")
+    else:
+        generated_rows = generated
     fused = _fused_columns(
         log_probs,
         n_cand,
-        prefix.size(1) - 1,
+        generated_rows,
         max_lens,
         eos_id=eos_id,
         pad_id=pad_id,
@@ -447,6 +467,7 @@ def _beam_candidates(
         unk_id=unk_id,
         unk_penalty=unk_penalty,
         extra=extra,
+        generated=generated_rows,
     )  # (N, V)
     cum = (scores.to(lp.dtype)[:, None] + lp).view(Ba, K * V)  # (Ba, K*V)
     cand_scores, cand_idx = cum.topk(n_cand, dim=1)  # (Ba, 2K), best first
@@ -464,7 +485,7 @@ def _dba_candidates(
     beam_size: int,
     rules: dict,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """:func:`_beam_candidates` under positive constraints: dynamic beam allocation.
+    """:func:`beam_candidates` under positive constraints: dynamic beam allocation.
 
     Each beam proposes its own 2K best tokens (constrained log-probs, the rules of
     :func:`_constrain` and of ``cstate``) plus the tokens that advance one of its constraints
@@ -478,7 +499,7 @@ def _dba_candidates(
     (:func:`seq2seq.constraints.allocate`); with no constraint this is the plain order.
 
     Returns:
-        As :func:`_beam_candidates`, (Ba, 2K) each, in allocation order.
+        As :func:`beam_candidates`, (Ba, 2K) each, in allocation order.
     """
     K = beam_size
     rows, V = log_probs.shape
@@ -756,7 +777,7 @@ def beam_search(
             )  # each (Ba, 2K), in allocation order
         else:
             extra = None if cstate is None else cstate.rules(t)
-            cand_scores, cand_beam, cand_tok, cand_lp = _beam_candidates(
+            cand_scores, cand_beam, cand_tok, cand_lp = beam_candidates(
                 log_probs, tokens, row_max, scores, beam_size=K, **rules, extra=extra
             )  # each (Ba, 2K), best first; cand_lp is the token's own (constrained) log-prob
         n_cand = cand_scores.size(1)

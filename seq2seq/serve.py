@@ -60,8 +60,11 @@ from starlette.exceptions import HTTPException
 
 from seq2seq.alignments import format_alignment
 from seq2seq.batcher import Batcher, BatcherClosed, EngineFailure
+from seq2seq.continuous import ContinuousSearch, supports
+from seq2seq.engines import TorchEngine
 from seq2seq.errors import UserError
 from seq2seq.paragraphs import Segments, join_text, split_text
+from seq2seq.translate import Translation
 
 if TYPE_CHECKING:
     from seq2seq.decoding import SearchOptions
@@ -114,6 +117,10 @@ class ServeConfig:
         max_batch_tokens: source tokens per batch (0: the model's ``decoding.max_tokens``
             times the engine's ``batches_per_call``).
         batching: False translates one request at a time (a baseline for benchmarks).
+        continuous: with the torch engine, beam-search sentences join a running search
+            between its steps and leave it when done (seq2seq.continuous); False: static
+            batches only. Sampling, greedy, constraints, the n-gram ban and alignments always
+            run in static batches.
     """
 
     max_chars: int = 20_000
@@ -124,6 +131,7 @@ class ServeConfig:
     max_wait_ms: float = 5.0
     max_batch_tokens: int = 0
     batching: bool = True
+    continuous: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):
@@ -492,6 +500,57 @@ class _Options:
 
     search: SearchOptions
     alignments: bool = False
+    constrained: bool = False
+
+
+class _Stream:
+    """The batcher's :class:`~seq2seq.batcher.Stream` for one set of search options: text in,
+    n-best Translations out (as ``Translator.translate_nbest`` gives them), over a
+    :class:`~seq2seq.continuous.ContinuousSearch`."""
+
+    def __init__(self, translator, opts: SearchOptions) -> None:
+        engine = translator.engine
+        self.translator = translator
+        self.opts = opts
+        self.search = ContinuousSearch(
+            engine.model,
+            opts,
+            pad_id=engine.pad_id,
+            bos_id=engine.bos_id,
+            eos_id=engine.eos_id,
+            unk_id=engine.unk_id,
+            device=engine.device,
+        )
+
+    @property
+    def active(self) -> int:
+        return self.search.active
+
+    @property
+    def tokens(self) -> int:
+        return self.search.src_tokens
+
+    def advance(self, new: list[tuple[int, str]]) -> list[tuple[int, list]]:
+        done: list[tuple[int, list]] = []
+        if new:
+            ids = self.translator.encode([text for _, text in new], on_truncated=_warn_truncated)
+            empty = [Translation("", 0.0, [])] * self.opts.nbest  # no pieces: no search
+            done += [(key, list(empty)) for (key, _), x in zip(new, ids) if not x]
+            self.search.add([(key, x) for (key, _), x in zip(new, ids) if x])
+        finished = self.search.step()
+        flat = self.translator.detokenize([h for _, hyps in finished for h in hyps])
+        start = 0
+        for key, hyps in finished:
+            done.append((key, flat[start : start + len(hyps)]))
+            start += len(hyps)
+        return done
+
+    def reset(self) -> None:
+        self.search.reset()
+
+
+def _warn_truncated(_line: int, n_tokens: int) -> None:
+    log.warning("a sentence of %d source tokens exceeds the model's positions; truncated", n_tokens)
 
 
 class _Service:
@@ -509,6 +568,7 @@ class _Service:
             max_tokens=budget,
             max_wait=config.max_wait_ms / 1000,
             batching=config.batching,
+            stream_for=self._stream_for if config.continuous else None,
         )
 
     # ---- worker side (runs on the batcher's thread) ---------------------------------------
@@ -548,6 +608,15 @@ class _Service:
             for i, r in zip(idx, results):
                 out[i] = r
         return out
+
+    def _stream_for(self, key: _Options) -> _Stream | None:
+        """A continuous search for sentences with ``key`` (torch engine, plain beam search)."""
+        engine = self.translator.engine
+        if key.constrained or not isinstance(engine, TorchEngine) or not engine.use_cache:
+            return None
+        if not supports(engine.model, key.search, alignments=key.alignments):
+            return None
+        return _Stream(self.translator, key.search)
 
     def _count_tokens(self, sentences: list[str]) -> list[int]:
         texts = [_text_of(x) for x in sentences]
@@ -712,7 +781,8 @@ class _Service:
             else:
                 sentences.extend(t.segments.sentences)
         try:
-            return await self.batcher.translate(sentences, _Options(opts, alignments))
+            key = _Options(opts, alignments, constrained=bool(constrained))
+            return await self.batcher.translate(sentences, key)
         except EngineFailure as e:
             if isinstance(e.original, UserError):  # options this engine cannot honour
                 raise RequestError(400, str(e.original)) from None
@@ -818,6 +888,8 @@ def create_app(translator, *, info: ModelInfo, config: ServeConfig | None = None
             "largest_batch": s.largest_batch,
             "failed_requests": s.failed_requests,
             "busy_seconds": round(s.busy_seconds, 3),
+            "stream_steps": s.stream_steps,
+            "stream_rows": s.stream_rows,
         }
 
     @app.get("/v1/models", summary="The model being served")

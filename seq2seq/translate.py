@@ -261,7 +261,7 @@ class Translator:
                             "length limit (an avoided phrase or --no-repeat-ngram blocks them)"
                         )
             # One SentencePiece call for the whole batch (each call starts its threads).
-            flat = self._detokenize([h for sent_hyps in hyps for h in sent_hyps])
+            flat = self.detokenize([h for sent_hyps in hyps for h in sent_hyps])
             start = 0
             for i, sent_hyps in zip(idx, hyps):
                 results[i] = flat[start : start + len(sent_hyps)]
@@ -362,7 +362,8 @@ class Translator:
         nbest = self.translate_nbest(sentences, on_truncated=on_truncated, **overrides)
         return [t[0].text if t else "" for t in nbest]
 
-    def _detokenize(self, hyps: list[Hypothesis]) -> list[Translation]:
+    def detokenize(self, hyps: list[Hypothesis]) -> list[Translation]:
+        """One :class:`Translation` per hypothesis (its text, score and token scores)."""
         ids = [[t for t in h.tokens if t != self.eos_id] for h in hyps]
         texts = self.tokenizer.decode_tgt(ids) if ids else []
         # A translation is one line whatever the SentencePiece model decodes (byte-fallback

@@ -696,7 +696,7 @@ def test_half_precision_log_probs_are_promoted():
 
 def _candidates(lp, prefix, max_lens, scores, *, fused, monkeypatch, **kw):
     monkeypatch.setattr(search_module, "_FUSED_MIN_VOCAB", 0 if fused else 10**9)
-    return search_module._beam_candidates(lp, prefix, max_lens, scores, **SPECIAL, **kw)
+    return search_module.beam_candidates(lp, prefix, max_lens, scores, **SPECIAL, **kw)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])

@@ -221,7 +221,10 @@ def test_native_alignments_are_the_translators(model_dir, reference):
         assert all("alignment" not in h for h in sentence["hypotheses"])
 
 
-def test_concurrent_requests_with_and_without_alignments_keep_their_results(model_dir, reference):
+@pytest.mark.parametrize("continuous", [False, True])
+def test_concurrent_requests_with_and_without_alignments_keep_their_results(
+    model_dir, reference, continuous
+):
     translator = Translator.load(model_dir)
     real = translator.translate_nbest
     calls = []
@@ -242,7 +245,8 @@ def test_concurrent_requests_with_and_without_alignments_keep_their_results(mode
         )
         return [r.json() for r in out]
 
-    answers = serve_and(model_dir, body, config=ServeConfig(max_wait_ms=50), translator=translator)
+    config = ServeConfig(max_wait_ms=50, continuous=continuous)
+    answers = serve_and(model_dir, body, config=config, translator=translator)
     want = dict(zip(SENTENCES, reference.translate_nbest(SENTENCES, alignments=True)))
     for (texts, align), answer in zip(requests, answers, strict=True):
         got = answer["translations"]
@@ -254,11 +258,13 @@ def test_concurrent_requests_with_and_without_alignments_keep_their_results(mode
                 assert sentence["hypotheses"][0]["alignment"] == _pairs(want[s][0])
         else:
             assert all("sentences" not in t for t in got)
-    # Each engine call was all-aligned or all-plain, and together they are the requests'.
+    # Each engine call was all-aligned or all-plain, and together they are the requests'
+    # (with continuous batching, the plain ones ran in the continuous search instead).
     for flag in (True, False):
         sent = sorted(s for a, batch in calls if a == flag for s in batch)
-        assert sent == sorted(s for texts, a in requests if a == flag for s in texts)
-    assert len(calls) < len(requests)  # requests did share calls
+        asked = sorted(s for texts, a in requests if a == flag for s in texts)
+        assert sent == ([] if continuous and not flag else asked)
+    assert len(calls) < len([a for _, a in requests if a or not continuous])  # shared calls
 
 
 def test_paragraphs_are_split_translated_and_rejoined(model_dir, reference):
@@ -504,18 +510,19 @@ def test_bad_requests_get_a_json_error_saying_what_is_wrong(model_dir, case):
     assert good.status_code == 200
 
 
-def test_an_engine_exception_is_a_500_for_its_request_only(model_dir, reference):
+@pytest.mark.parametrize("continuous", [False, True])
+def test_an_engine_exception_is_a_500_for_its_request_only(model_dir, reference, continuous):
     translator = Translator.load(model_dir)
     poison = translator.encode(["kaboom"])[0]
-    engine = translator.engine
-    real = engine.translate_ids
+    model = translator.engine.model
+    real = model.encode
 
-    def translate_ids(src, opts):
-        if poison in src:
+    def encode(src_ids):  # static batches and the continuous search both encode
+        if any(row[: len(poison)].tolist() == poison for row in src_ids):
             raise RuntimeError("the engine broke")
-        return real(src, opts)
+        return real(src_ids)
 
-    engine.translate_ids = translate_ids
+    model.encode = encode
 
     async def body(client, _):
         first = await asyncio.gather(
@@ -524,9 +531,8 @@ def test_an_engine_exception_is_a_500_for_its_request_only(model_dir, reference)
         after = await libre(client, SENTENCES[2])
         return first, after
 
-    (ok1, bad, ok2), after = serve_and(
-        model_dir, body, config=ServeConfig(max_wait_ms=50), translator=translator
-    )
+    config = ServeConfig(max_wait_ms=50, continuous=continuous)
+    (ok1, bad, ok2), after = serve_and(model_dir, body, config=config, translator=translator)
     assert bad.status_code == 500
     assert bad.json() == {"error": "translation failed: RuntimeError: the engine broke"}
     want = reference.translate(SENTENCES[:3])

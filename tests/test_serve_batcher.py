@@ -273,3 +273,159 @@ def test_a_wrong_number_of_results_is_an_engine_failure():
         await batcher.close()
 
     run(main())
+
+
+# ---- continuous batching: a scripted Stream ----------------------------------------------------
+
+
+class FakeStream:
+    """A sentence of n words takes n steps; its result is ``"stream:<sentence reversed>"``.
+
+    Records, per step, the keys that joined and the sentences in the search."""
+
+    def __init__(self, *, poison: str | None = None, delay: float = 0.0) -> None:
+        self.left: dict[int, tuple[str, int]] = {}
+        self.steps: list[tuple[list[str], list[str]]] = []  # (joined, in the search)
+        self.poison = poison
+        self.delay = delay
+        self.resets = 0
+
+    @property
+    def active(self) -> int:
+        return len(self.left)
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(text.split()) for text, _ in self.left.values())
+
+    def advance(self, new):
+        for key, text in new:
+            self.left[key] = (text, len(text.split()))
+        self.steps.append(([t for _, t in new], [t for t, _ in self.left.values()]))
+        if self.delay:
+            time.sleep(self.delay)
+        if self.poison is not None and any(t == self.poison for t, _ in self.left.values()):
+            raise RuntimeError("the stream broke")
+        done = []
+        for key, (text, n) in list(self.left.items()):
+            if n <= 1:
+                done.append((key, f"stream:{text[::-1]}"))
+                del self.left[key]
+            else:
+                self.left[key] = (text, n - 1)
+        return done
+
+    def reset(self) -> None:
+        self.left.clear()
+        self.resets += 1
+
+
+def stream_make(script: Script, stream: FakeStream, options="beam5", **kwargs) -> Batcher:
+    return make(script, stream_for=lambda o: stream if o == options else None, **kwargs)
+
+
+def streamed(sentences):
+    return [f"stream:{s[::-1]}" for s in sentences]
+
+
+def test_sentences_join_a_running_search_and_leave_when_done():
+    script, stream = Script(), FakeStream(delay=0.005)
+    batcher = stream_make(script, stream, max_wait=0.0)
+    long = "w " * 30 + "long"  # 31 steps
+
+    async def main():
+        await batcher.start()
+        first = asyncio.ensure_future(batcher.translate([long], "beam5"))
+        await asyncio.sleep(0.03)  # the long sentence is being searched
+        short = await batcher.translate(["a b", "c"], "beam5")
+        short_done = first.done()
+        out = await first
+        await batcher.close()
+        return short, short_done, out
+
+    short, short_done, out = run(main())
+    assert short == streamed(["a b", "c"]) and out == streamed([long])
+    assert not short_done  # the short request came back while the long one still ran
+    joined_late = [i for i, (joined, _) in enumerate(stream.steps) if "a b" in joined]
+    assert joined_late and joined_late[0] > 0  # it joined the running search
+    assert long in stream.steps[joined_late[0]][1]  # next to the long sentence
+    assert script.batches == []  # nothing went through static batches
+
+
+def test_the_search_takes_no_more_than_the_token_budget():
+    script, stream = Script(), FakeStream()
+    batcher = stream_make(script, stream, max_tokens=6, max_wait=0.02)
+    requests = [[f"s{i} x y"] for i in range(8)]  # 3 tokens each: two at a time
+
+    async def main():
+        await batcher.start()
+        out = await asyncio.gather(*(batcher.translate(r, "beam5") for r in requests))
+        await batcher.close()
+        return out
+
+    assert run(main()) == [streamed(r) for r in requests]
+    assert max(len(inside) for _, inside in stream.steps) == 2
+
+
+def test_other_options_wait_for_the_search_to_drain_then_run():
+    script, stream = Script(), FakeStream(delay=0.002)
+    batcher = stream_make(script, stream, max_wait=0.0)
+
+    async def main():
+        await batcher.start()
+        a = asyncio.ensure_future(batcher.translate(["w " * 10 + "x"], "beam5"))
+        await asyncio.sleep(0.005)
+        b = asyncio.ensure_future(batcher.translate(["other"], "greedy"))
+        await asyncio.sleep(0.001)
+        c = asyncio.ensure_future(batcher.translate(["later"], "beam5"))
+        out = await asyncio.gather(a, b, c)
+        await batcher.close()
+        return out
+
+    a, b, c = run(main())
+    assert a == streamed(["w " * 10 + "x"]) and b == expected(["other"], "greedy")
+    assert c == streamed(["later"])
+    # "later" arrived after the greedy request: it did not join the search before it ran
+    searched_together = [inside for _, inside in stream.steps if "later" in inside]
+    assert all("w " * 10 + "x" not in inside for inside in searched_together)
+    assert script.batches == [(["other"], "greedy")]
+
+
+def test_a_stream_exception_fails_only_the_request_that_caused_it():
+    script, stream = Script(poison="bad"), FakeStream(poison="bad")
+    batcher = stream_make(script, stream, max_wait=0.05)
+
+    async def main():
+        await batcher.start()
+        out = await asyncio.gather(
+            batcher.translate(["a b c"], "beam5"),
+            batcher.translate(["x", "bad"], "beam5"),
+            batcher.translate(["d e"], "beam5"),
+            return_exceptions=True,
+        )
+        after = await batcher.translate(["f"], "beam5")
+        await batcher.close()
+        return out, after
+
+    (ok1, bad, ok2), after = run(main())
+    assert isinstance(bad, EngineFailure) and "poisoned by bad" in str(bad)
+    # the search failed as a whole; each request was retried on its own in a static batch
+    assert ok1 == expected(["a b c"], "beam5") and ok2 == expected(["d e"], "beam5")
+    assert stream.resets == 1
+    assert after == streamed(["f"])  # the next request is searched continuously again
+
+
+def test_close_finishes_the_search_and_the_queue():
+    script, stream = Script(), FakeStream(delay=0.002)
+    batcher = stream_make(script, stream, max_wait=0.0)
+
+    async def main():
+        await batcher.start()
+        running = [
+            asyncio.ensure_future(batcher.translate([f"q{i} " * 5], "beam5")) for i in range(5)
+        ]
+        await asyncio.sleep(0.003)
+        await batcher.close()
+        return [r.result() for r in running]
+
+    assert run(main()) == [streamed([f"q{i} " * 5]) for i in range(5)]
