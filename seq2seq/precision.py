@@ -3,9 +3,11 @@
 On the CPU, bf16 pays only with bf16 instructions (AVX512_BF16, or AMX's tiles): without them
 a bf16 multiply is emulated and slower than float32. :func:`resolve_precision` picks
 ``bf16-mixed`` when the CPU's flags (``/proc/cpuinfo``) name ``avx512_bf16`` or ``amx_bf16``
-*and* a short probe (a feed-forward block of the model's own sizes, forward and backward,
-well under a second) measures bf16-mixed at least ``min_speedup`` times as fast as float32 on
-this machine, with these threads; otherwise ``32``. On a GPU it picks ``bf16-mixed`` where the GPU supports bf16.
+*and* a short probe (the model's own training step, forward and backward, on a synthetic
+batch of its configured size: a few seconds) measures bf16-mixed at least ``min_speedup``
+times as fast as float32 on this machine, with these threads; otherwise ``32``. (A probe of
+the large multiplies alone measured 2-3x on AVX512_BF16 where a Transformer-Tiny step runs
+slower in bf16: small models are bound by their many small ops.) On a GPU it picks ``bf16-mixed`` where the GPU supports bf16.
 
 The choice depends on the machine, so ``auto`` is not for runs that must give the same model
 everywhere (``make demo`` states ``32``).
@@ -19,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 __all__ = ["BF16_FLAGS", "PrecisionChoice", "bf16_speedup", "cpu_flags", "resolve_precision"]
 
@@ -47,29 +48,27 @@ def cpu_flags(cpuinfo: str | Path = "/proc/cpuinfo") -> set[str]:
     return set()
 
 
-def bf16_speedup(d_model: int, d_ff: int, *, rows: int = 2048, reps: int = 4) -> float:
-    """Measured float32 / bf16-mixed time of a feed-forward block's training step.
+def bf16_speedup(forward: Callable[[], torch.Tensor], *, rounds: int = 2, reps: int = 2) -> float:
+    """Measured float32 / bf16-mixed time of a training step's forward and backward.
 
-    The block is what a Transformer layer mostly is: layer norm, Linear(D, d_ff), ReLU,
-    Linear(d_ff, D) and the residual add, on ``rows`` tokens, forward and backward; once in
-    float32 and once under CPU autocast to bf16 (the casts included), best of three
-    alternating rounds each. Above 1: bf16-mixed is faster.
+    ``forward()`` returns the step's loss (a scalar): the model's own forward on a batch of
+    its own shape, so what is timed is what training runs (a small model's many small ops, its
+    layer norms and its loss included, not only the large multiplies). Each precision runs
+    once to warm up (oneDNN builds its kernels on first use), then ``reps`` steps per round,
+    rounds alternating; the best round counts. bf16-mixed is the forward under CPU autocast to
+    bf16 and the backward outside it, as Lightning runs it. Above 1: bf16-mixed is faster.
     """
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(rows, d_model, generator=g, requires_grad=True)
-    w1 = (torch.randn(d_ff, d_model, generator=g) * d_model**-0.5).requires_grad_()
-    w2 = (torch.randn(d_model, d_ff, generator=g) * d_ff**-0.5).requires_grad_()
 
     def step(bf16: bool) -> None:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            h = F.layer_norm(x, (d_model,))
-            y = x + F.linear(F.relu(F.linear(h, w1)), w2)
-        y.float().sum().backward()
+            loss = forward()
+        loss.float().backward()
 
     best = {False: float("inf"), True: float("inf")}
-    for _ in range(3):
+    for bf16 in best:
+        step(bf16)
+    for _ in range(rounds):
         for bf16 in best:
-            step(bf16)  # warm up (oneDNN builds its kernels on first use)
             t0 = time.perf_counter()
             for _ in range(reps):
                 step(bf16)
@@ -81,24 +80,24 @@ def resolve_precision(
     precision: str,
     *,
     accelerator: str,
-    d_model: int,
-    d_ff: int,
-    min_speedup: float = 1.2,
+    forward: Callable[[], torch.Tensor] | None = None,
+    min_speedup: float = 1.1,
     probe: bool = True,
     flags: Callable[[], set[str]] | None = None,
-    speedup: Callable[[int, int], float] | None = None,
+    speedup: Callable[[Callable[[], torch.Tensor]], float] | None = None,
 ) -> PrecisionChoice:
     """The Lightning precision for ``training.precision`` (``auto`` resolved; others as given).
 
     Args:
         precision: ``training.precision``.
         accelerator: ``training.accelerator`` (``auto``: a GPU when torch sees one).
-        d_model, d_ff: the model's sizes (the probe multiplies matrices of them).
+        forward: the probe's training-step forward (see :func:`bf16_speedup`); needed when
+            ``auto`` measures.
         min_speedup: the measured bf16-mixed/float32 speed below which float32 is kept.
         probe: measure; False decides by the CPU flags alone (multi-process runs, where
             every rank must make the same choice and a timing could differ between them).
         flags, speedup: the CPU flag reader and the probe (default :func:`cpu_flags` and
-            :func:`bf16_speedup`; tests pass fakes).
+            :func:`bf16_speedup`, called with ``forward``; tests pass fakes).
     """
     if precision != "auto":
         return PrecisionChoice(precision, "as configured")
@@ -116,8 +115,10 @@ def resolve_precision(
         return PrecisionChoice(
             "bf16-mixed", f"the CPU has {', '.join(have)} (not measured: several processes)"
         )
-    ratio = (speedup or bf16_speedup)(d_model, d_ff)
-    measured = f"a feed-forward block of this model's sizes trained {ratio:.2f}x as fast in bf16"
+    if forward is None:
+        raise ValueError("resolve_precision('auto') measures: give forward")
+    ratio = (speedup or bf16_speedup)(forward)
+    measured = f"this model's training step measured {ratio:.2f}x as fast in bf16"
     if ratio < min_speedup:
         return PrecisionChoice("32", f"the CPU has {', '.join(have)}, but {measured}")
     return PrecisionChoice("bf16-mixed", f"the CPU has {', '.join(have)} and {measured}")

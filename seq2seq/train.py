@@ -525,8 +525,7 @@ def train(
     choice = resolve_precision(
         t.precision,
         accelerator=t.accelerator,
-        d_model=cfg.model.d_model,
-        d_ff=cfg.model.d_ff,
+        forward=_probe_forward(cfg) if t.precision == "auto" else None,
         probe=t.devices in ("1", "auto") and t.num_nodes == 1,
     )
     if t.precision == "auto" and rank == 0:
@@ -589,6 +588,24 @@ def train(
     if trainer.is_global_zero:
         export_weights(out_dir, cfg, log=lambda m: print(m, file=sys.stderr))
     return out_dir
+
+
+def _probe_forward(cfg: ExperimentConfig, length: int = 24):
+    """``training.precision: auto``'s probe: the summed loss of this config's model (random
+    weights, in training mode) on a synthetic batch of about ``data.max_tokens`` tokens per
+    side, sentences of ``length`` tokens (seq2seq.precision.bf16_speedup times it)."""
+    from seq2seq.system import TranslationModule
+    from seq2seq.tokenizer import BOS_ID, EOS_ID
+
+    vocab = cfg.data.vocab_size
+    module = TranslationModule(cfg=cfg, src_vocab_size=vocab, tgt_vocab_size=vocab).train()
+    rows = max(1, cfg.data.max_tokens // length)
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, vocab, (rows, length), generator=g)
+    src[:, -1] = EOS_ID
+    tgt = torch.randint(4, vocab, (rows, length + 1), generator=g)
+    tgt[:, 0], tgt[:, -1] = BOS_ID, EOS_ID
+    return lambda: module.compute_loss(src, tgt).loss
 
 
 def _write_config(out_dir: Path, cfg: ExperimentConfig) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from seq2seq.config import load_config
@@ -9,15 +11,19 @@ from seq2seq.precision import bf16_speedup, cpu_flags, resolve_precision
 from seq2seq.system import check_training_config
 
 
+def FORWARD():  # the probe's forward (the fakes never call it)
+    raise AssertionError("not called")
+
+
 def _auto(flags: set[str], ratio: float, **kwargs):
     calls = []
 
-    def speedup(d_model: int, d_ff: int) -> float:
-        calls.append((d_model, d_ff))
+    def speedup(forward) -> float:
+        calls.append(forward)
         return ratio
 
     choice = resolve_precision(
-        "auto", accelerator="cpu", d_model=128, d_ff=256, flags=lambda: flags, speedup=speedup,
+        "auto", accelerator="cpu", forward=FORWARD, flags=lambda: flags, speedup=speedup,
         **kwargs,
     )  # fmt: skip
     return choice, calls
@@ -32,7 +38,7 @@ def test_auto_keeps_float32_without_bf16_instructions():
 @pytest.mark.parametrize("flag", ["avx512_bf16", "amx_bf16"])
 def test_auto_takes_bf16_where_supported_and_measured_faster(flag):
     choice, calls = _auto({"avx2", flag}, ratio=2.3)
-    assert choice.precision == "bf16-mixed" and calls == [(128, 256)]
+    assert choice.precision == "bf16-mixed" and calls == [FORWARD]
     assert flag in choice.reason and "2.30x" in choice.reason
 
 
@@ -48,7 +54,7 @@ def test_multi_process_runs_decide_by_the_flags_alone():
 
 def test_explicit_precisions_pass_through_and_auto_is_valid():
     for precision in ("32", "bf16-mixed", "16-mixed"):
-        choice = resolve_precision(precision, accelerator="cpu", d_model=8, d_ff=8)
+        choice = resolve_precision(precision, accelerator="cpu")
         assert choice.precision == precision
     check_training_config(load_config(None, ["training.precision=auto"]))
 
@@ -64,6 +70,32 @@ def test_cpu_flags_reads_proc_cpuinfo_format(tmp_path):
     assert cpu_flags(tmp_path / "missing") == set()
 
 
-def test_the_probe_measures_a_ratio():
-    ratio = bf16_speedup(16, 32, rows=64, reps=1)
-    assert ratio > 0
+def test_the_probe_times_the_training_step_in_both_precisions():
+    """bf16_speedup runs forward under bf16 autocast and without it, and backpropagates."""
+    import torch
+
+    w = torch.randn(16, 16, requires_grad=True)
+    x = torch.randn(64, 16)
+    dtypes = []
+
+    def forward():
+        y = x @ w
+        dtypes.append(y.dtype)
+        return y.sum()
+
+    ratio = bf16_speedup(forward, rounds=1, reps=1)
+    assert ratio > 0 and w.grad is not None
+    assert dtypes == [torch.float32, torch.bfloat16] * 2  # warm-up, then one round
+
+
+def test_the_probe_is_the_configured_models_training_step():
+    from seq2seq.train import _probe_forward
+
+    cfg = load_config(None, ["model.d_model=32", "model.n_heads=2", "model.d_ff=64",
+                             "model.n_encoder_layers=1", "model.n_decoder_layers=1",
+                             "data.vocab_size=50", "data.max_tokens=240"])  # fmt: skip
+    loss = _probe_forward(cfg)()
+    assert loss.ndim == 0 and bool(loss.isfinite())
+    loss.backward()  # a training step: the gradients flow
+    # summed over the batch's 10 x 24 target tokens, each near ln(50) for random weights
+    assert loss.item() / 240 == pytest.approx(math.log(50), rel=0.5)

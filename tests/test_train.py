@@ -522,7 +522,7 @@ def test_precision_auto_is_resolved_and_trains(tmp_path, monkeypatch, capsys, fl
     import seq2seq.precision as precision
 
     monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
-    monkeypatch.setattr(precision, "bf16_speedup", lambda d_model, d_ff: 2.0)
+    monkeypatch.setattr(precision, "bf16_speedup", lambda forward: 2.0)
     data = write_copy_corpus(tmp_path / "data", n_train=60, n_valid=6)
     cfg = load_config(None, overrides(data, precision="auto", max_steps=3, val_every_steps=3))
     run = train(cfg, tmp_path / "run", progress=False)
