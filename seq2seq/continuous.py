@@ -28,12 +28,15 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from seq2seq.attention import KVCache
 from seq2seq.decoding import SearchOptions, max_target_lens
 from seq2seq.search import Hypothesis, beam_candidates
 
 __all__ = ["ContinuousSearch", "supports"]
 
 _NEG_INF = -math.inf
+_SPARE_COLUMNS = 16
+"""Cache columns allocated ahead, and unused columns tolerated before a trim."""
 
 
 def supports(model, opts: SearchOptions, *, alignments: bool = False) -> bool:
@@ -99,7 +102,8 @@ class ContinuousSearch:
         self.start: Tensor | None = None  # (N,) column of each row's BOS
         self.scores: Tensor | None = None  # (N,) cumulative log-prob (-inf: dead beam)
         self.token_scores: Tensor | None = None  # (N, W - 1) each token's log-prob
-        self.self_kv: list[tuple[Tensor, Tensor]] | None = None  # (N, H, W - 1, Dh) each
+        # the self-attention keys and values of columns 0 .. W-2, appended in place each step
+        self.cache: KVCache | None = None
         self.src_pad: Tensor | None = None  # (M, S)
         self.cross_kv: list[tuple[Tensor, Tensor]] | None = None  # (M, H, S, Dh) each
         self._src_lens: list[int] = []  # per alive sentence
@@ -146,12 +150,13 @@ class ContinuousSearch:
             self.token_scores = torch.cat(
                 [self.token_scores, self.token_scores.new_zeros((n_new, W - 1))]
             )
-            if self.self_kv is not None:
-                self.self_kv = [
+            if self.cache is not None:  # the new rows' past: zeros no query of theirs sees
+                kv = [
                     (torch.cat([k, k.new_zeros((n_new, *k.shape[1:]))]),
                      torch.cat([v, v.new_zeros((n_new, *v.shape[1:]))]))
-                    for k, v in self.self_kv
+                    for k, v in self.cache.views()
                 ]  # fmt: skip
+                self.cache = KVCache.from_kv(kv, capacity=W + _SPARE_COLUMNS)
         self.sentences += [_Sentence(key, n) for (key, _), n in zip(items, limits)]
         self._src_lens += [len(s) for s in src]
         self.src_tokens += sum(len(s) for s in src)
@@ -176,11 +181,13 @@ class ContinuousSearch:
         key_pad = torch.arange(W, device=dev)[None, :] < start[:, None]  # (N, W)
         Ba = len(self.sentences)
         memory_rows = torch.arange(Ba, device=dev).repeat_interleave(K)
-        hidden, kv, _ = self.model.decoder(
+        if self.cache is None:
+            self.cache = KVCache(n_layers=len(self.model.decoder.layers), rows=tokens.size(0))
+        hidden, _, _ = self.model.decoder(
             tokens[:, -1:],
             self.cross_kv,
             self.src_pad,
-            cache=self.self_kv,
+            kv_cache=self.cache,
             positions=generated,
             self_key_pad=key_pad,
             memory_rows=memory_rows,
@@ -277,18 +284,22 @@ class ContinuousSearch:
         self.token_scores = torch.cat([self.token_scores[new_rows], new_lp.reshape(-1, 1)], dim=1)
         self.scores = new_scores.reshape(-1)
         self.start = start[new_rows]
-        self.self_kv = [(k.index_select(0, new_rows), v.index_select(0, new_rows)) for k, v in kv]
+        self.cache = self.cache.select(new_rows, recycle=True)
         self._trim()
         return finished
 
     def _trim(self) -> None:
-        """Drop the columns left of every live row's start, and source padding no row needs."""
+        """Drop the columns left of every live row's start, and source padding no row needs.
+
+        Lazily: a trim copies the cache, so it waits until the unused columns are
+        ``_SPARE_COLUMNS`` or half the width (a hidden key costs the attention little)."""
         c = int(self.start.min())
-        if c > 0:
+        if c >= min(_SPARE_COLUMNS, self.tokens.size(1) // 2) and c > 0:
             self.tokens = self.tokens[:, c:]
             self.token_scores = self.token_scores[:, c:]
             self.start = self.start - c
-            self.self_kv = [(k[:, :, c:], v[:, :, c:]) for k, v in self.self_kv]
+            kv = [(k[:, :, c:], v[:, :, c:]) for k, v in self.cache.views()]
+            self.cache = KVCache.from_kv(kv, capacity=kv[0][0].size(2) + _SPARE_COLUMNS)
         s = max(self._src_lens)
         if s < self.src_pad.size(1):
             self.src_pad = self.src_pad[:, :s]
