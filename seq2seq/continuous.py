@@ -94,6 +94,19 @@ class ContinuousSearch:
         self.max_positions = model.max_positions
         self.reset()
 
+    @classmethod
+    def for_engine(cls, engine, opts: SearchOptions) -> ContinuousSearch:
+        """Over a :class:`~seq2seq.engines.TorchEngine`'s model, ids and device."""
+        return cls(
+            engine.model,
+            opts,
+            pad_id=engine.pad_id,
+            bos_id=engine.bos_id,
+            eos_id=engine.eos_id,
+            unk_id=engine.unk_id,
+            device=engine.device,
+        )
+
     def reset(self) -> None:
         """Forget every sentence (the search is empty again)."""
         self.sentences: list[_Sentence] = []  # alive, in row order (K rows each)

@@ -509,18 +509,9 @@ class _Stream:
     :class:`~seq2seq.continuous.ContinuousSearch`."""
 
     def __init__(self, translator, opts: SearchOptions) -> None:
-        engine = translator.engine
         self.translator = translator
         self.opts = opts
-        self.search = ContinuousSearch(
-            engine.model,
-            opts,
-            pad_id=engine.pad_id,
-            bos_id=engine.bos_id,
-            eos_id=engine.eos_id,
-            unk_id=engine.unk_id,
-            device=engine.device,
-        )
+        self.search = ContinuousSearch.for_engine(translator.engine, opts)
 
     @property
     def active(self) -> int:

@@ -33,11 +33,7 @@ def untrained(tmp_path_factory) -> Translator:
 
 def _continuous(translator: Translator, src: list[list[int]], opts: SearchOptions, joins):
     """Run ContinuousSearch, adding ``src`` in the chunks ``joins`` gives: (step, count)."""
-    eng = translator.engine
-    search = ContinuousSearch(
-        eng.model, opts, pad_id=eng.pad_id, bos_id=eng.bos_id, eos_id=eng.eos_id,
-        unk_id=eng.unk_id,
-    )  # fmt: skip
+    search = ContinuousSearch.for_engine(translator.engine, opts)
     out: dict[int, list] = {}
     pending = list(enumerate(src))
     plan = dict(joins)
