@@ -553,13 +553,21 @@ class _Service:
         self.config = config
         per_call = getattr(translator.engine, "batches_per_call", 1)
         budget = config.max_batch_tokens or translator.opts.max_tokens * per_call
+        engine = translator.engine
+        # continuous batching: the torch engine's cached beam search (seq2seq.continuous)
+        self.continuous = (
+            config.batching
+            and config.continuous
+            and isinstance(engine, TorchEngine)
+            and engine.use_cache
+        )
         self.batcher = Batcher(
             self._translate_batch,
             count_tokens=self._count_tokens,
             max_tokens=budget,
             max_wait=config.max_wait_ms / 1000,
             batching=config.batching,
-            stream_for=self._stream_for if config.continuous else None,
+            stream_for=self._stream_for if self.continuous else None,
         )
 
     # ---- worker side (runs on the batcher's thread) ---------------------------------------
@@ -602,10 +610,9 @@ class _Service:
 
     def _stream_for(self, key: _Options) -> _Stream | None:
         """A continuous search for sentences with ``key`` (torch engine, plain beam search)."""
-        engine = self.translator.engine
-        if key.constrained or not isinstance(engine, TorchEngine) or not engine.use_cache:
+        if key.constrained:
             return None
-        if not supports(engine.model, key.search, alignments=key.alignments):
+        if not supports(self.translator.engine.model, key.search, alignments=key.alignments):
             return None
         return _Stream(self.translator, key.search)
 
@@ -891,6 +898,13 @@ def create_app(translator, *, info: ModelInfo, config: ServeConfig | None = None
             "enabled": config.batching,
             "max_wait_ms": config.max_wait_ms,
             "max_batch_tokens": service.batcher.max_tokens,
+            # beam search without constraints, n-gram ban or alignments joins a running search
+            "continuous": service.continuous,
+        }
+        entry["capabilities"] = {  # what /v1/translate can be asked for on this engine
+            "alignments": not getattr(translator.engine, "no_attention", None),
+            "prefix_and_avoid": True,
+            "positive_constraints": info.engine != "ctranslate2",
         }
         entry["limits"] = {
             "max_chars": config.max_chars,

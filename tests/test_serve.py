@@ -322,6 +322,10 @@ def test_health_and_models(model_dir):
     )
     assert m["decoding"]["beam_size"] == translator.opts.beam_size
     assert m["limits"]["max_chars"] == ServeConfig().max_chars
+    assert m["batching"]["continuous"] is True
+    assert m["capabilities"] == {
+        "alignments": True, "prefix_and_avoid": True, "positive_constraints": True
+    }  # fmt: skip
 
 
 def test_attention_matches_the_plot_command(model_dir, reference):
@@ -618,6 +622,8 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
     assert lt.json()["translatedText"] == reference.translate(SENTENCES, method="greedy")
     (m,) = models["models"]
     assert m["engine"] == "ctranslate2" and m["attention"] is False and m["parameters"] is None
+    assert m["capabilities"]["positive_constraints"] is False and m["capabilities"]["alignments"]
+    assert m["batching"]["continuous"] is False  # static batches: not the torch engine
     assert m["manifest_sha256"] == hashlib.sha256((folder / "export.json").read_bytes()).hexdigest()
     assert m["size_bytes"] == (folder / "model.bin").stat().st_size
     assert attention.status_code == 501
