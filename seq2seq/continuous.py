@@ -56,6 +56,7 @@ class _Sentence:
     key: Hashable
     max_len: int  # hypothesis tokens allowed, EOS included
     finalized: list[Hypothesis] = field(default_factory=list)
+    age: int = 0  # tokens its beams generated so far
 
 
 class ContinuousSearch:
@@ -114,6 +115,7 @@ class ContinuousSearch:
         self.tokens: Tensor | None = None  # (N, W) global columns, BOS at each row's start
         self.start: Tensor | None = None  # (N,) column of each row's BOS
         self.scores: Tensor | None = None  # (N,) cumulative log-prob (-inf: dead beam)
+        self.row_max: Tensor | None = None  # (N,) max hypothesis length of each row's sentence
         self.token_scores: Tensor | None = None  # (N, W - 1) each token's log-prob
         # the self-attention keys and values of columns 0 .. W-2, appended in place each step
         self.cache: KVCache | None = None
@@ -143,6 +145,8 @@ class ContinuousSearch:
         memory, src_pad = self.model.encode(ids.to(dev))
         cross_kv = self.model.decoder.memory_kv(memory)
         n_new = len(src) * K
+        row_max = torch.tensor(limits, device=dev).repeat_interleave(K)
+        self.row_max = row_max if self.row_max is None else torch.cat([self.row_max, row_max])
         if self.tokens is None:
             self.src_pad, self.cross_kv = src_pad, cross_kv
             W = 1
@@ -206,9 +210,7 @@ class ContinuousSearch:
             memory_rows=memory_rows,
         )
         log_probs = self.model.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (N, V)
-        row_max = torch.tensor([s.max_len for s in self.sentences], device=dev).repeat_interleave(
-            K
-        )  # (N,)
+        row_max = self.row_max
         cand_scores, cand_beam, cand_tok, cand_lp = beam_candidates(
             log_probs,
             tokens,
@@ -227,7 +229,7 @@ class ContinuousSearch:
         n_cand = cand_scores.size(1)
         cand_rows = cand_beam + (torch.arange(Ba, device=dev) * K)[:, None]  # (Ba, 2K)
         is_eos = cand_tok == self.eos_id
-        age = generated.view(Ba, K)[:, 0].tolist()  # per sentence (its beams are equal)
+        age = [s.age for s in self.sentences]
 
         # Finalize EOS candidates among the first K, as beam_search does.
         fin = is_eos[:, :K] & cand_scores[:, :K].isfinite()
@@ -297,6 +299,9 @@ class ContinuousSearch:
         self.token_scores = torch.cat([self.token_scores[new_rows], new_lp.reshape(-1, 1)], dim=1)
         self.scores = new_scores.reshape(-1)
         self.start = start[new_rows]
+        self.row_max = row_max[new_rows]
+        for sent in self.sentences:
+            sent.age += 1
         self.cache = self.cache.select(new_rows, recycle=True)
         self._trim()
         return finished
