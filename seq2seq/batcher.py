@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,8 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = ["Batcher", "BatcherClosed", "BatcherStats", "EngineFailure", "Stream"]
+
+log = logging.getLogger("seq2seq.serve")
 
 Options = TypeVar("Options")  # hashable search options (SearchOptions is a frozen dataclass)
 Result = TypeVar("Result")
@@ -321,7 +324,11 @@ class Batcher(Generic[Options, Result]):
                     except TimeoutError:
                         break
             if self._stream_for is not None:
-                self._stream = self._stream_for(oldest.options)
+                try:
+                    self._stream = self._stream_for(oldest.options)
+                except Exception:  # no search for these options: a static batch instead
+                    log.exception("could not start a continuous search; static batches")
+                    self._stream = None
                 if self._stream is not None:
                     self._stream_options = oldest.options
                     await self._stream_step()

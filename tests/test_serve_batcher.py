@@ -429,3 +429,21 @@ def test_close_finishes_the_search_and_the_queue():
         return [r.result() for r in running]
 
     assert run(main()) == [streamed([f"q{i} " * 5]) for i in range(5)]
+
+
+def test_a_stream_that_cannot_start_falls_back_to_static_batches():
+    script = Script()
+
+    def stream_for(options):
+        raise RuntimeError("no search today")
+
+    batcher = make(script, stream_for=stream_for)
+
+    async def main():
+        await batcher.start()
+        out = await batcher.translate(["a b", "c"], "beam5")
+        await batcher.close()
+        return out
+
+    assert run(main()) == expected(["a b", "c"], "beam5")
+    assert script.batches == [(["a b", "c"], "beam5")]
