@@ -29,6 +29,10 @@ from torch import Tensor, nn
 __all__ = ["CrossAttention", "KVCache", "KVSlot", "SelfAttention", "attend"]
 
 
+SMALL_QUERY = 8
+"""Calls with at most this many queries per row run the explicit path on the CPU (see attend)."""
+
+
 def attend(
     q: Tensor,
     k: Tensor,
@@ -46,14 +50,19 @@ def attend(
         mask: bool, broadcastable to (B, H, Lq, Lk), True = may attend; or None.
         is_causal: use SDPA's built-in (top-left) causal mask; only with Lq == Lk, mask None.
         dropout: attention dropout probability (pass 0.0 at eval time).
-        need_weights: also return the weights (B, H, Lq, Lk) via the explicit path.
+        need_weights: also return the weights (B, H, Lq, Lk) via the explicit path (also
+            taken, without returning them, for up to ``SMALL_QUERY`` queries on the CPU).
 
     Returns:
         (output (B, H, Lq, Dh), weights or None).
     """
     if is_causal and (mask is not None or q.size(-2) != k.size(-2)):
         raise ValueError("is_causal needs a square score matrix and no other mask")
-    if not need_weights:
+    # A decoding step's few queries per row (1; the K beams of a sentence in cross-attention):
+    # on the CPU, SDPA's kernel takes 1.4-5x as long as two batched multiplies and a softmax
+    # there (benchmarks/profile_step.py), so such calls take the explicit path.
+    small = q.size(-2) <= SMALL_QUERY and q.device.type == "cpu" and dropout == 0.0
+    if not need_weights and not small:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
         )
@@ -73,7 +82,7 @@ def attend(
     if dropout > 0.0:
         weights_d = F.dropout(weights, p=dropout)
         return weights_d @ v, weights
-    return weights @ v, weights
+    return weights @ v, weights if need_weights else None
 
 
 class KVCache:
@@ -205,8 +214,10 @@ class KVCache:
         """Move the frontier by ``t`` positions (after every layer wrote them)."""
         self.length += t
 
-    def select(self, index: Tensor, *, recycle: bool = False) -> KVCache:
+    def select(self, index: Tensor, *, recycle: bool = False, first: int = 0) -> KVCache:
         """The rows ``index`` (N',) of the filled positions, as a new cache.
+
+        ``first``: leave out the first positions too (the new cache holds ``length - first``).
 
         With ``recycle`` the new cache writes into this cache's spare buffers (if it has
         them) and takes this cache's buffers as its own spare, so that a beam search
@@ -216,8 +227,10 @@ class KVCache:
         """
         assert self._bufs is not None, "nothing written yet"
         rows = index.numel()
+        if not 0 <= first <= self.length:
+            raise ValueError(f"cannot leave out {first} of {self.length} positions")
         out = KVCache(n_layers=self.n_layers, rows=rows, capacity=self.capacity)
-        out.length, out._head_shape = self.length, self._head_shape
+        out.length, out._head_shape = self.length - first, self._head_shape
         need = self._size(self.capacity, rows)
         bufs = self._spare if recycle else None
         if bufs is None or bufs[0].numel() < need:
@@ -225,7 +238,8 @@ class KVCache:
         out._set_bufs(bufs)
         for j, dst in enumerate(out._grids):
             # dst[:length] is contiguous: the index_select writes it directly
-            torch.index_select(self._filled(j, self.length), 1, index, out=dst[: self.length])
+            src = self._filled(j, self.length)[first:]
+            torch.index_select(src, 1, index, out=dst[: out.length])
         if recycle:
             out._spare, self._spare = self._bufs, None
             self.length = -1  # spent: no state holds it any more (see holds)

@@ -35,8 +35,6 @@ from seq2seq.search import Hypothesis, beam_candidates
 __all__ = ["ContinuousSearch", "supports"]
 
 _NEG_INF = -math.inf
-_SPARE_COLUMNS = 16
-"""Cache columns allocated ahead, and unused columns tolerated before a trim."""
 
 
 def supports(model, opts: SearchOptions, *, alignments: bool = False) -> bool:
@@ -117,8 +115,14 @@ class ContinuousSearch:
         self.scores: Tensor | None = None  # (N,) cumulative log-prob (-inf: dead beam)
         self.row_max: Tensor | None = None  # (N,) max hypothesis length of each row's sentence
         self.token_scores: Tensor | None = None  # (N, W - 1) each token's log-prob
-        # the self-attention keys and values of columns 0 .. W-2, appended in place each step
+        # The self-attention keys and values of columns 0 .. W-2, appended in place each step.
+        # Its reorder is applied at the start of the next step, one copy for all three: the
+        # beams' new order (and the finished sentences gone), the rows of sentences that joined
+        # since (they read row 0's past, which their queries never see), and the columns
+        # trimmed away (_cache_first).
         self.cache: KVCache | None = None
+        self._cache_rows: Tensor | None = None  # (N,) the cache row of each row; None: same
+        self._cache_first = 0
         self.src_pad: Tensor | None = None  # (M, S)
         self.cross_kv: list[tuple[Tensor, Tensor]] | None = None  # (M, H, S, Dh) each
         self._src_lens: list[int] = []  # per alive sentence
@@ -167,13 +171,12 @@ class ContinuousSearch:
             self.token_scores = torch.cat(
                 [self.token_scores, self.token_scores.new_zeros((n_new, W - 1))]
             )
-            if self.cache is not None:  # the new rows' past: zeros no query of theirs sees
-                kv = [
-                    (torch.cat([k, k.new_zeros((n_new, *k.shape[1:]))]),
-                     torch.cat([v, v.new_zeros((n_new, *v.shape[1:]))]))
-                    for k, v in self.cache.views()
-                ]  # fmt: skip
-                self.cache = KVCache.from_kv(kv, capacity=W + _SPARE_COLUMNS)
+            if self.cache is not None:  # the new rows' past: any row's; they never see it
+                n_old = self.tokens.size(0) - n_new
+                rows = self._cache_rows
+                if rows is None:
+                    rows = torch.arange(n_old, device=dev)
+                self._cache_rows = torch.cat([rows, rows.new_zeros(n_new)])
         self.sentences += [_Sentence(key, n) for (key, _), n in zip(items, limits)]
         self._src_lens += [len(s) for s in src]
         self.src_tokens += sum(len(s) for s in src)
@@ -200,6 +203,12 @@ class ContinuousSearch:
         memory_rows = torch.arange(Ba, device=dev).repeat_interleave(K)
         if self.cache is None:
             self.cache = KVCache(n_layers=len(self.model.decoder.layers), rows=tokens.size(0))
+        elif self._cache_rows is not None or self._cache_first:
+            rows = self._cache_rows
+            if rows is None:
+                rows = torch.arange(tokens.size(0), device=dev)
+            self.cache = self.cache.select(rows, recycle=True, first=self._cache_first)
+            self._cache_rows, self._cache_first = None, 0
         hidden, _, _ = self.model.decoder(
             tokens[:, -1:],
             self.cross_kv,
@@ -302,22 +311,19 @@ class ContinuousSearch:
         self.row_max = row_max[new_rows]
         for sent in self.sentences:
             sent.age += 1
-        self.cache = self.cache.select(new_rows, recycle=True)
+        self._cache_rows = new_rows  # applied by the next step, with the joins and the trim
         self._trim()
         return finished
 
     def _trim(self) -> None:
-        """Drop the columns left of every live row's start, and source padding no row needs.
-
-        Lazily: a trim copies the cache, so it waits until the unused columns are
-        ``_SPARE_COLUMNS`` or half the width (a hidden key costs the attention little)."""
+        """Drop the columns left of every live row's start (the cache's with the next step's
+        reorder), and source padding no row needs."""
         c = int(self.start.min())
-        if c >= min(_SPARE_COLUMNS, self.tokens.size(1) // 2) and c > 0:
+        if c > 0:
             self.tokens = self.tokens[:, c:]
             self.token_scores = self.token_scores[:, c:]
             self.start = self.start - c
-            kv = [(k[:, :, c:], v[:, :, c:]) for k, v in self.cache.views()]
-            self.cache = KVCache.from_kv(kv, capacity=kv[0][0].size(2) + _SPARE_COLUMNS)
+            self._cache_first += c
         s = max(self._src_lens)
         if s < self.src_pad.size(1):
             self.src_pad = self.src_pad[:, :s]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from seq2seq.attention import CrossAttention, SelfAttention, attend
+from seq2seq.attention import CrossAttention, KVCache, SelfAttention, attend
 from seq2seq.masks import (
     block_causal_mask,
     causal_mask,
@@ -212,3 +212,16 @@ def test_fully_masked_rows_give_zeros_on_both_paths() -> None:
     assert torch.equal(w[1], torch.zeros(H, 3, 4, dtype=DTYPE))
     assert torch.equal(slow[1], torch.zeros(H, 3, D // H, dtype=DTYPE))
     torch.testing.assert_close(w[0, :, 0].sum(-1), torch.ones(H, dtype=DTYPE))
+
+
+def test_kv_cache_select_can_leave_out_the_first_positions():
+    torch.manual_seed(0)
+    kv = [(torch.randn(3, 2, 5, 4), torch.randn(3, 2, 5, 4)) for _ in range(2)]
+    cache = KVCache.from_kv(kv)
+    index = torch.tensor([2, 0, 0, 1])
+    out = cache.select(index, first=2)
+    assert out.length == 3 and out.rows == 4
+    for (k, v), (k2, v2) in zip(kv, out.views()):
+        assert torch.equal(k2, k[index][:, :, 2:]) and torch.equal(v2, v[index][:, :, 2:])
+    with pytest.raises(ValueError, match="cannot leave out 6 of 5"):
+        cache.select(index, first=6)
