@@ -109,7 +109,6 @@ class ContinuousSearch:
     def reset(self) -> None:
         """Forget every sentence (the search is empty again)."""
         self.sentences: list[_Sentence] = []  # alive, in row order (K rows each)
-        self.src_tokens = 0  # source tokens of the alive sentences
         self.tokens: Tensor | None = None  # (N, W) global columns, BOS at each row's start
         self.start: Tensor | None = None  # (N,) column of each row's BOS
         self.scores: Tensor | None = None  # (N,) cumulative log-prob (-inf: dead beam)
@@ -131,6 +130,11 @@ class ContinuousSearch:
     def active(self) -> int:
         """Sentences in the search."""
         return len(self.sentences)
+
+    @property
+    def src_tokens(self) -> int:
+        """Source tokens of the sentences in the search."""
+        return sum(self._src_lens)
 
     # ---- joining ---------------------------------------------------------------------------
 
@@ -179,7 +183,6 @@ class ContinuousSearch:
                 self._cache_rows = torch.cat([rows, rows.new_zeros(n_new)])
         self.sentences += [_Sentence(key, n) for (key, _), n in zip(items, limits)]
         self._src_lens += [len(s) for s in src]
-        self.src_tokens += sum(len(s) for s in src)
 
     def _first_scores(self, n: int) -> Tensor:
         """All K beams of a new sentence start identical; only beam 0 is live (fairseq)."""
@@ -219,11 +222,10 @@ class ContinuousSearch:
             memory_rows=memory_rows,
         )
         log_probs = self.model.project(hidden[:, -1]).float().log_softmax(dim=-1)  # (N, V)
-        row_max = self.row_max
         cand_scores, cand_beam, cand_tok, cand_lp = beam_candidates(
             log_probs,
             tokens,
-            row_max,
+            self.row_max,
             self.scores,
             beam_size=K,
             eos_id=self.eos_id,
@@ -297,7 +299,6 @@ class ContinuousSearch:
                 new_rows[keep], new_tok[keep], new_lp[keep], new_scores[keep]
             )  # fmt: skip
             self.sentences = [self.sentences[a] for a in keep_list]
-            self.src_tokens = sum(self._src_lens[a] for a in keep_list)
             self._src_lens = [self._src_lens[a] for a in keep_list]
             self.src_pad = self.src_pad.index_select(0, keep)
             self.cross_kv = [
@@ -308,7 +309,7 @@ class ContinuousSearch:
         self.token_scores = torch.cat([self.token_scores[new_rows], new_lp.reshape(-1, 1)], dim=1)
         self.scores = new_scores.reshape(-1)
         self.start = start[new_rows]
-        self.row_max = row_max[new_rows]
+        self.row_max = self.row_max[new_rows]
         for sent in self.sentences:
             sent.age += 1
         self._cache_rows = new_rows  # applied by the next step, with the joins and the trim

@@ -508,9 +508,10 @@ class _Stream:
     n-best Translations out (as ``Translator.translate_nbest`` gives them), over a
     :class:`~seq2seq.continuous.ContinuousSearch`."""
 
-    def __init__(self, translator, opts: SearchOptions) -> None:
+    def __init__(self, translator, opts: SearchOptions, on_truncated) -> None:
         self.translator = translator
         self.opts = opts
+        self.on_truncated = on_truncated
         self.search = ContinuousSearch.for_engine(translator.engine, opts)
 
     @property
@@ -524,7 +525,7 @@ class _Stream:
     def advance(self, new: list[tuple[int, str]]) -> list[tuple[int, list]]:
         done: list[tuple[int, list]] = []
         if new:
-            ids = self.translator.encode([text for _, text in new], on_truncated=_warn_truncated)
+            ids = self.translator.encode([t for _, t in new], on_truncated=self.on_truncated)
             empty = [Translation("", 0.0, [])] * self.opts.nbest  # no pieces: no search
             done += [(key, list(empty)) for (key, _), x in zip(new, ids) if not x]
             self.search.add([(key, x) for (key, _), x in zip(new, ids) if x])
@@ -538,10 +539,6 @@ class _Stream:
 
     def reset(self) -> None:
         self.search.reset()
-
-
-def _warn_truncated(_line: int, n_tokens: int) -> None:
-    log.warning("a sentence of %d source tokens exceeds the model's positions; truncated", n_tokens)
 
 
 class _Service:
@@ -572,14 +569,14 @@ class _Service:
 
     # ---- worker side (runs on the batcher's thread) ---------------------------------------
 
-    def _translate_batch(self, sentences: list[str], key: _Options) -> list:
-        def on_truncated(_line: int, n_tokens: int) -> None:
-            log.warning(
-                "a sentence of %d source tokens exceeds the model's %d positions; truncated",
-                n_tokens,
-                self.translator.max_src_positions,
-            )
+    def _warn_truncated(self, _line: int, n_tokens: int) -> None:
+        log.warning(
+            "a sentence of %d source tokens exceeds the model's %d positions; truncated",
+            n_tokens,
+            self.translator.max_src_positions,
+        )
 
+    def _translate_batch(self, sentences: list[str], key: _Options) -> list:
         opts = key.search
         fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
         # Plain sentences in one call, constrained ones by constraint order (one call each).
@@ -599,7 +596,7 @@ class _Service:
                 )
             results = self.translator.translate_nbest(
                 [_text_of(x) for x in items],
-                on_truncated=on_truncated,
+                on_truncated=self._warn_truncated,
                 alignments=key.alignments,
                 **kwargs,
                 **fields,
@@ -614,7 +611,7 @@ class _Service:
             return None
         if not supports(self.translator.engine.model, key.search, alignments=key.alignments):
             return None
-        return _Stream(self.translator, key.search)
+        return _Stream(self.translator, key.search, self._warn_truncated)
 
     def _count_tokens(self, sentences: list[str]) -> list[int]:
         texts = [_text_of(x) for x in sentences]
