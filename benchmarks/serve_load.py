@@ -358,7 +358,8 @@ def main() -> None:
     p.add_argument("--engine", default="torch", choices=["torch", "ctranslate2", "onnx"])
     p.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
     p.add_argument("--split", default="test_2016_flickr")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=2, help="CPU threads (offline and servers)")
+    p.add_argument("--server-threads", type=int, help="the servers' threads (default: --threads)")
     p.add_argument("--levels", default="1,8,32,128", help="numbers of concurrent clients")
     p.add_argument("--unbatched-levels", default="1,8,32", help="levels of the unbatched server")
     p.add_argument("--static-levels", default="32", help="levels of the --no-continuous server")
@@ -390,20 +391,22 @@ def main() -> None:
     results: dict = {"model": str(args.model_dir), "engine": args.engine, "threads": args.threads,
                      "sentences": len(src), "split": args.split, "rounds": args.rounds}  # fmt: skip
     extra = args.server_args.split()
+    server_threads = args.server_threads or args.threads
+    results["server_threads"] = server_threads
     offline_runs, batched, unbatched, static = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         src_file, out_file = Path(tmp) / "src.txt", Path(tmp) / "hyp.json"
         src_file.write_text("".join(s + "\n" for s in src), encoding="utf-8")
         # Both servers stay up for the whole run (an idle one costs memory, not CPU), so that
         # each round measures offline, batched and unbatched one after the other.
-        servers = {"batched": Server(args.model_dir, args.engine, args.threads, extra)}
+        servers = {"batched": Server(args.model_dir, args.engine, server_threads, extra)}
         if unbatched_levels:
             servers["unbatched"] = Server(
-                args.model_dir, args.engine, args.threads, [*extra, "--no-batching"]
+                args.model_dir, args.engine, server_threads, [*extra, "--no-batching"]
             )
         if static_levels:
             servers["static"] = Server(
-                args.model_dir, args.engine, args.threads, [*extra, "--no-continuous"]
+                args.model_dir, args.engine, server_threads, [*extra, "--no-continuous"]
             )
         try:
             want: dict[str, str] = {}
@@ -468,7 +471,8 @@ def main() -> None:
     results["unbatched"] = summarize(unbatched) if unbatched_levels else []
     results["static"] = summarize(static) if static_levels else []
     rounds = f"median of {args.rounds} rounds" if args.rounds > 1 else "1 round"
-    print(f"\nseq2seq serve load test: {args.model_dir} ({args.engine}, {args.threads} threads), "
+    print(f"\nseq2seq serve load test: {args.model_dir} ({args.engine}, {args.threads} threads"
+          f"{'' if server_threads == args.threads else f', the servers {server_threads}'}), "
           f"{len(src)} {args.split} sentences, 1-3 per request, {args.seconds:g} s per level, "
           f"{rounds}")  # fmt: skip
     spread = [r["sentences_per_s"] for r in offline_runs]
