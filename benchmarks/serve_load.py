@@ -10,8 +10,9 @@ same run, two baselines:
   (the ceiling: no HTTP, no waiting for requests);
 - unbatched: the same server with ``--no-batching`` (one request at a time), at the same
   numbers of clients;
-- static: the same server with ``--no-continuous`` (dynamic batching in static batches, no
-  sentence joins a running search), at ``--static-levels``.
+- continuous: the same server with ``--continuous`` (sentences join a running beam search
+  between its steps instead of waiting for the next static batch), at
+  ``--continuous-levels``.
 
 Each level runs for ``--seconds`` (and at most ``--max-requests`` requests) after a short
 warm-up; ``--rounds`` repeats offline, batched and unbatched measurements in turn and reports
@@ -362,7 +363,7 @@ def main() -> None:
     p.add_argument("--server-threads", type=int, help="the servers' threads (default: --threads)")
     p.add_argument("--levels", default="1,8,32,128", help="numbers of concurrent clients")
     p.add_argument("--unbatched-levels", default="1,8,32", help="levels of the unbatched server")
-    p.add_argument("--static-levels", default="32", help="levels of the --no-continuous server")
+    p.add_argument("--continuous-levels", default="32", help="levels of the --continuous server")
     p.add_argument("--seconds", type=float, default=20, help="timed seconds per level")
     p.add_argument("--warmup", type=float, default=3, help="untimed seconds before each level")
     p.add_argument("--max-requests", type=int, default=20000, help="cap per level")
@@ -387,13 +388,13 @@ def main() -> None:
     src = read_test_source(args.model_dir, args.mirror, args.split)
     levels = [int(x) for x in args.levels.split(",") if x]
     unbatched_levels = [int(x) for x in args.unbatched_levels.split(",") if x]
-    static_levels = [int(x) for x in args.static_levels.split(",") if x]
+    continuous_levels = [int(x) for x in args.continuous_levels.split(",") if x]
     results: dict = {"model": str(args.model_dir), "engine": args.engine, "threads": args.threads,
                      "sentences": len(src), "split": args.split, "rounds": args.rounds}  # fmt: skip
     extra = args.server_args.split()
     server_threads = args.server_threads or args.threads
     results["server_threads"] = server_threads
-    offline_runs, batched, unbatched, static = [], [], [], []
+    offline_runs, batched, unbatched, continuous = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         src_file, out_file = Path(tmp) / "src.txt", Path(tmp) / "hyp.json"
         src_file.write_text("".join(s + "\n" for s in src), encoding="utf-8")
@@ -404,9 +405,9 @@ def main() -> None:
             servers["unbatched"] = Server(
                 args.model_dir, args.engine, server_threads, [*extra, "--no-batching"]
             )
-        if static_levels:
-            servers["static"] = Server(
-                args.model_dir, args.engine, server_threads, [*extra, "--no-continuous"]
+        if continuous_levels:
+            servers["continuous"] = Server(
+                args.model_dir, args.engine, server_threads, [*extra, "--continuous"]
             )
         try:
             want: dict[str, str] = {}
@@ -420,7 +421,7 @@ def main() -> None:
                 print(f"  round {rnd + 1}: offline {off['sentences_per_s']:.1f} sent/s", flush=True)
                 for name, run_levels, out in (("batched", levels, batched),
                                               ("unbatched", unbatched_levels, unbatched),
-                                              ("static", static_levels, static)):  # fmt: skip
+                                              ("continuous", continuous_levels, continuous)):  # fmt: skip
                     rows = []
                     for clients in run_levels:
                         row = asyncio.run(load(servers[name].port, src, want, clients=clients,
@@ -469,7 +470,7 @@ def main() -> None:
     results["offline"] = {"sentences_per_s": off, "rounds": offline_runs}
     results["batched"] = summarize(batched) if levels else []
     results["unbatched"] = summarize(unbatched) if unbatched_levels else []
-    results["static"] = summarize(static) if static_levels else []
+    results["continuous"] = summarize(continuous) if continuous_levels else []
     rounds = f"median of {args.rounds} rounds" if args.rounds > 1 else "1 round"
     print(f"\nseq2seq serve load test: {args.model_dir} ({args.engine}, {args.threads} threads"
           f"{'' if server_threads == args.threads else f', the servers {server_threads}'}), "
@@ -482,20 +483,20 @@ def main() -> None:
         print_table("server, dynamic batching:", results["batched"])
     if results["unbatched"]:
         print_table("server, --no-batching (one request at a time):", results["unbatched"])
-    if results["static"]:
-        print_table("server, --no-continuous (static batches only):", results["static"])
+    if results["continuous"]:
+        print_table("server, --continuous (continuous batching):", results["continuous"])
     ratios = {}
     for rnd in range(args.rounds):  # ratios within a round, then the median
         b = {r["clients"]: r["sentences_per_s"] for r in batched[rnd]} if levels else {}
         u = {r["clients"]: r["sentences_per_s"] for r in unbatched[rnd]} if unbatched_levels else {}
-        st = {r["clients"]: r["sentences_per_s"] for r in static[rnd]} if static_levels else {}
+        st = {r["clients"]: r["sentences_per_s"] for r in continuous[rnd]} if continuous_levels else {}
         o = offline_runs[rnd]["sentences_per_s"]
         for c, v in b.items():
             ratios.setdefault(f"offline_{c}", []).append(v / o)
             if c in u:
                 ratios.setdefault(f"unbatched_{c}", []).append(v / u[c])
             if c in st:
-                ratios.setdefault(f"static_{c}", []).append(v / st[c])
+                ratios.setdefault(f"continuous_{c}", []).append(v / st[c])
     results["ratios"] = ratios
     for c in levels:
         line = f"\nat {c} clients: " if c == 32 else f"at {c} clients: "
@@ -504,9 +505,9 @@ def main() -> None:
         if f"unbatched_{c}" in ratios:
             each = ratios[f"unbatched_{c}"]
             line += f", {statistics.median(each):.1f}x the unbatched server ({', '.join(f'{x:.1f}' for x in each)})"
-        if f"static_{c}" in ratios:
-            each = ratios[f"static_{c}"]
-            line += f", {statistics.median(each):.2f}x static batches ({', '.join(f'{x:.2f}' for x in each)})"
+        if f"continuous_{c}" in ratios:
+            each = ratios[f"continuous_{c}"]
+            line += f", {statistics.median(each):.2f}x the continuous server ({', '.join(f'{x:.2f}' for x in each)})"
         print(line)
     if "soak" in results:
         s = results["soak"]

@@ -592,10 +592,12 @@ def _serve(sub) -> None:
         help="translate one request at a time (the baseline of benchmarks/serve_load.py)",
     )
     g.add_argument(
-        "--no-continuous",
-        action="store_true",
-        help="static batches only: sentences do not join a running beam search "
-        "(continuous batching is the torch engine's default)",
+        "--continuous",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="torch engine, beam search: sentences join a running search between its steps "
+        "(continuous batching) instead of waiting for the next static batch; off by default, "
+        "slower than static batches on 2 cores (README, Serving)",
     )
     p.add_argument("--no-access-log", action="store_true", help="no log line per request")
     _add_search_args(p)
@@ -626,7 +628,7 @@ def _run_serve(args) -> int:
     config = ServeConfig(
         **{k: v for k, v in given.items() if v is not None},
         batching=not args.no_batching,
-        continuous=not args.no_continuous,
+        continuous=args.continuous,
     )
     serve(
         args.model_dir,

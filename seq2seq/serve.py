@@ -78,6 +78,7 @@ __all__ = [
     "ServeConfig",
     "TranslateRequest",
     "create_app",
+    "load_translator",
     "model_info",
     "serve",
 ]
@@ -119,7 +120,8 @@ class ServeConfig:
             times the engine's ``batches_per_call``).
         batching: False translates one request at a time (a baseline for benchmarks).
         continuous: with the torch engine, beam-search sentences join a running search
-            between its steps and leave it when done (seq2seq.continuous); False: static
+            between its steps and leave it when done (seq2seq.continuous); False (the
+            default, measured faster on 2 cores at every load: README, Serving): static
             batches only. Sampling, greedy, constraints, the n-gram ban and alignments always
             run in static batches.
     """
@@ -132,7 +134,7 @@ class ServeConfig:
     max_wait_ms: float = 5.0
     max_batch_tokens: int = 0
     batching: bool = True
-    continuous: bool = True
+    continuous: bool = False
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):
@@ -1116,6 +1118,28 @@ def _attention_maps(
 # Running it
 
 
+def load_translator(
+    model_dir: str | Path,
+    *,
+    engine: str,
+    device: str,
+    search: dict[str, object],
+    executor: ThreadPoolExecutor,
+) -> tuple[Any, ModelInfo]:
+    """Load ``model_dir`` and warm it up on ``executor``'s thread, the one that will run
+    every engine call (:func:`seq2seq.batcher.engine_thread` says why); (translator, info)."""
+
+    def load():
+        from seq2seq.translate import Translator
+
+        translator = Translator.load(model_dir, device=device, engine=engine, **search)
+        info = model_info(translator, model_dir, engine)
+        translator.translate([info.source])  # warm-up: the first call pays for lazy set-up
+        return translator, info
+
+    return executor.submit(load).result()
+
+
 def serve(
     model_dir: str | Path,
     *,
@@ -1154,15 +1178,9 @@ def serve(
     # why: on 2 cores a model loaded on another thread decodes 1.7x slower).
     executor = engine_thread()
     try:
-        from seq2seq.translate import Translator
-
-        def load():
-            translator = Translator.load(model_dir, device=device, engine=engine, **search)
-            info = model_info(translator, model_dir, engine)
-            translator.translate([info.source])  # warm-up: the first call pays for set-up
-            return translator, info
-
-        translator, info = executor.submit(load).result()
+        translator, info = load_translator(
+            model_dir, engine=engine, device=device, search=search, executor=executor
+        )
         app = create_app(translator, info=info, config=config or ServeConfig(), executor=executor)
     except BaseException:
         sock.close()
