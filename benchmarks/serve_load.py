@@ -489,7 +489,11 @@ def main() -> None:
     for rnd in range(args.rounds):  # ratios within a round, then the median
         b = {r["clients"]: r["sentences_per_s"] for r in batched[rnd]} if levels else {}
         u = {r["clients"]: r["sentences_per_s"] for r in unbatched[rnd]} if unbatched_levels else {}
-        st = {r["clients"]: r["sentences_per_s"] for r in continuous[rnd]} if continuous_levels else {}
+        st = (
+            {r["clients"]: r["sentences_per_s"] for r in continuous[rnd]}
+            if continuous_levels
+            else {}
+        )
         o = offline_runs[rnd]["sentences_per_s"]
         for c, v in b.items():
             ratios.setdefault(f"offline_{c}", []).append(v / o)

@@ -19,9 +19,9 @@ import pytest
 from factories import make_model_dir
 
 from seq2seq.alignments import format_alignment
+from seq2seq.batcher import engine_thread
 from seq2seq.errors import UserError
 from seq2seq.paragraphs import split_text
-from seq2seq.batcher import engine_thread
 from seq2seq.serve import ServeConfig, create_app, load_translator, model_info
 from seq2seq.translate import Translator
 
