@@ -23,7 +23,8 @@ holds one request's sentences only: the one-request-at-a-time server that benchm
 against.
 
 Continuous batching: where the caller gives a ``stream_for(options)`` that returns a
-:class:`Stream` (seq2seq.serve does for the torch engine's beam search, seq2seq.continuous),
+:class:`Stream` (seq2seq.serve does for the torch engine's beam search with ``--continuous``,
+seq2seq.continuous),
 sentences do not wait for a batch to end. The worker advances the running search one step at
 a time; between two steps queued sentences with the search's options join it (up to
 ``max_tokens`` source tokens in the search), and each sentence's result goes back the moment

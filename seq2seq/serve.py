@@ -4,7 +4,8 @@ The server holds one :class:`~seq2seq.translate.Translator` (a model directory, 
 CTranslate2 / ONNX export folder) and calls it like any other caller. Request handlers run on
 the event loop; they cut each text into sentences (:mod:`seq2seq.paragraphs`), queue them
 on a :class:`~seq2seq.batcher.Batcher`, which translates the sentences of concurrent
-requests together in token-budgeted batches on one worker thread, and rejoin the results.
+requests together in token-budgeted batches on one worker thread (the thread the model was
+loaded on: :func:`seq2seq.batcher.engine_thread`), and rejoin the results.
 
 Endpoints:
 

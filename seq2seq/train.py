@@ -590,22 +590,31 @@ def train(
     return out_dir
 
 
-def _probe_forward(cfg: ExperimentConfig, length: int = 24):
+def _probe_forward(cfg: ExperimentConfig, lengths: tuple[int, ...] = (12, 19, 27, 36)):
     """``training.precision: auto``'s probe: the summed loss of this config's model (random
     weights, in training mode) on a synthetic batch of about ``data.max_tokens`` tokens per
-    side, sentences of ``length`` tokens (seq2seq.precision.bf16_speedup times it)."""
+    side, its sentences ``lengths[i]`` tokens long at the i-th call, cycling (batch shapes
+    vary in training, and bf16's speed with them; seq2seq.precision.bf16_speedup times it)."""
+    import itertools
+
+    from seq2seq.precision import PROBE_SHAPES
     from seq2seq.system import TranslationModule
     from seq2seq.tokenizer import BOS_ID, EOS_ID
 
+    assert len(lengths) == PROBE_SHAPES, "bf16_speedup times one cycle of shapes per round"
     vocab = cfg.data.vocab_size
     module = TranslationModule(cfg=cfg, src_vocab_size=vocab, tgt_vocab_size=vocab).train()
-    rows = max(1, cfg.data.max_tokens // length)
     g = torch.Generator().manual_seed(0)
-    src = torch.randint(4, vocab, (rows, length), generator=g)
-    src[:, -1] = EOS_ID
-    tgt = torch.randint(4, vocab, (rows, length + 1), generator=g)
-    tgt[:, 0], tgt[:, -1] = BOS_ID, EOS_ID
-    return lambda: module.compute_loss(src, tgt).loss
+    batches = []
+    for length in lengths:
+        rows = max(1, cfg.data.max_tokens // length)
+        src = torch.randint(4, vocab, (rows, length), generator=g)
+        src[:, -1] = EOS_ID
+        tgt = torch.randint(4, vocab, (rows, length + 1), generator=g)
+        tgt[:, 0], tgt[:, -1] = BOS_ID, EOS_ID
+        batches.append((src, tgt))
+    cycle = itertools.cycle(batches)
+    return lambda: module.compute_loss(*next(cycle)).loss
 
 
 def _write_config(out_dir: Path, cfg: ExperimentConfig) -> None:

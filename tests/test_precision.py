@@ -97,5 +97,36 @@ def test_the_probe_is_the_configured_models_training_step():
     loss = _probe_forward(cfg)()
     assert loss.ndim == 0 and bool(loss.isfinite())
     loss.backward()  # a training step: the gradients flow
-    # summed over the batch's 10 x 24 target tokens, each near ln(50) for random weights
+    # summed over the first batch's 20 x 12 target tokens, each near ln(50) (random weights)
     assert loss.item() / 240 == pytest.approx(math.log(50), rel=0.5)
+
+
+def test_the_probe_cycles_through_batch_shapes(monkeypatch):
+    """Training's batches vary in shape and bf16's speed with them: each call of the probe's
+    forward is another sentence length (about data.max_tokens tokens each), and one round of
+    bf16_speedup covers every shape once."""
+    from seq2seq.precision import PROBE_SHAPES
+    from seq2seq.system import TranslationModule
+    from seq2seq.train import _probe_forward
+
+    shapes = []
+    real = TranslationModule.compute_loss
+
+    def recording(self, src, tgt):
+        shapes.append(tuple(src.shape))
+        return real(self, src, tgt)
+
+    monkeypatch.setattr(TranslationModule, "compute_loss", recording)
+    cfg = load_config(None, ["model.d_model=32", "model.n_heads=2", "model.d_ff=64",
+                             "model.n_encoder_layers=1", "model.n_decoder_layers=1",
+                             "data.vocab_size=50", "data.max_tokens=240"])  # fmt: skip
+    forward = _probe_forward(cfg)
+    for _ in range(2 * PROBE_SHAPES):
+        forward()
+    assert len(set(shapes)) == PROBE_SHAPES and shapes[:PROBE_SHAPES] == shapes[PROBE_SHAPES:]
+    assert all(rows * length <= 240 < (rows + 1) * length for rows, length in shapes)
+    import torch
+
+    counted = []
+    bf16_speedup(lambda: counted.append(1) or torch.ones(2, requires_grad=True).sum(), rounds=1)
+    assert len(counted) == 4 * PROBE_SHAPES  # warm-up and one round, both precisions
