@@ -92,10 +92,10 @@ def engine_thread() -> ThreadPoolExecutor:
     the process holds more OpenMP threads than there are CPUs. A model loaded (or warmed up)
     on the main thread and then run on a worker thread makes two teams, so on 2 cores the
     worker's helper thread sleeps and is woken for each of the hundreds of operators of a
-    decoding step: measured on 2 cores, a continuous beam search over 48 sentences made 103
-    sentences/s on a worker thread after loading on the main thread against 176 with
-    loading and search on the same thread (the same as on the main thread alone). Hand this
-    executor to :class:`Batcher` and load the model through it.
+    decoding step: measured on 2 cores (benchmarks/engine_thread.py), a continuous beam search
+    over 48 sentences made 99 sentences/s on a worker thread after loading on the main thread
+    against 148 with loading and search on the same worker thread (146 on the main thread
+    alone). Hand this executor to :class:`Batcher` and load the model through it.
     """
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="seq2seq-engine")
 

@@ -1176,7 +1176,7 @@ def serve(
     # while it loads wait in the backlog instead of being refused.
     sock = _listen(host, port)
     # Every engine call runs on one thread, loading and warm-up included (engine_thread says
-    # why: on 2 cores a model loaded on another thread decodes 1.7x slower).
+    # why: on 2 cores a model loaded on another thread decodes 1.5x slower).
     executor = engine_thread()
     try:
         translator, info = load_translator(

@@ -1,0 +1,127 @@
+#!/usr/bin/env python
+"""Where the engine runs: the main thread, a worker thread, or a worker thread that loaded it.
+
+Why ``seq2seq serve`` loads its model on its engine thread (seq2seq.batcher.engine_thread):
+PyTorch's GNU OpenMP gives each thread that runs a parallel operator a team of its own and
+lets idle helpers sleep once the process holds more OpenMP threads than CPUs. Each placement
+runs in a fresh process: load the model, then keep ``--live`` sentences in a continuous beam
+search (seq2seq.continuous, refilled from test_2016_flickr as sentences finish, as the server
+does) for ``--steps`` steps, and print sentences/s.
+
+    python benchmarks/engine_thread.py runs/demo/averaged --mirror $SEQ2SEQ_MIRROR
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+PLACEMENTS = {
+    "main": "load and search on the main thread",
+    "worker": "load on the main thread, search on a worker thread (the server before)",
+    "engine": "load and search on one worker thread (seq2seq serve now)",
+}
+
+
+def child(model_dir: str, source: str, placement: str, live: int, steps: int, threads: int):
+    import torch
+
+    from seq2seq.continuous import ContinuousSearch
+    from seq2seq.translate import Translator
+
+    torch.set_num_threads(threads)
+    sentences = Path(source).read_text(encoding="utf-8").splitlines()
+    state: dict = {}
+
+    def load() -> None:
+        translator = Translator.load(model_dir)
+        translator.translate(sentences[:16])  # warm-up, as the server's
+        state["translator"] = translator
+
+    def search() -> None:
+        translator = state["translator"]
+        ids = translator.encode(sentences)
+        run = ContinuousSearch.for_engine(translator.engine, translator.opts)
+        added = 0
+
+        def refill() -> None:
+            nonlocal added
+            need = live - run.active
+            run.add([(added + i, ids[(added + i) % len(ids)]) for i in range(need)])
+            added += need
+
+        refill()
+        for _ in range(20):  # warm-up steps
+            run.step()
+            refill()
+        done, start = 0, time.perf_counter()
+        for _ in range(steps):
+            done += len(run.step())
+            refill()
+        state["rate"] = done / (time.perf_counter() - start)
+
+    def on_thread(fn) -> None:
+        t = threading.Thread(target=fn)
+        t.start()
+        t.join()
+
+    if placement == "main":
+        load()
+        search()
+    elif placement == "worker":
+        load()
+        on_thread(search)
+    else:
+        on_thread(lambda: (load(), search()))
+    print(json.dumps({"sentences_per_s": state["rate"]}))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("model_dir")
+    p.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
+    p.add_argument("--live", type=int, default=48, help="sentences kept in the search")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=2, help="interleaved repeats (median)")
+    p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        child(args.model_dir, args.child[0], args.child[1], args.live, args.steps, args.threads)
+        return
+    if not args.mirror:
+        sys.exit("give --mirror DIR (or SEQ2SEQ_MIRROR)")
+    gz = Path(args.mirror) / "multi30k" / "data" / "task1" / "raw" / "test_2016_flickr.en.gz"
+    if not gz.is_file():
+        gz = Path(args.mirror) / "data" / "task1" / "raw" / "test_2016_flickr.en.gz"
+    source = Path(os.environ.get("TMPDIR", "/tmp")) / f"engine-thread-{os.getpid()}.en"
+    with gzip.open(gz, "rt", encoding="utf-8") as f:
+        source.write_text(f.read(), encoding="utf-8")
+    rates: dict[str, list[float]] = {name: [] for name in PLACEMENTS}
+    try:
+        for _ in range(args.rounds):
+            for name in PLACEMENTS:
+                cmd = [sys.executable, __file__, args.model_dir, "--child", str(source), name,
+                       "--live", str(args.live), "--steps", str(args.steps),
+                       "--threads", str(args.threads)]  # fmt: skip
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                rates[name].append(json.loads(out.strip().splitlines()[-1])["sentences_per_s"])
+    finally:
+        source.unlink(missing_ok=True)
+    print(f"continuous beam search, {args.live} sentences live, {args.steps} steps, "
+          f"{args.threads} threads, median of {args.rounds} rounds")  # fmt: skip
+    print(f"{'placement':<10}{'sent/s':>9}  what")
+    for name, what in PLACEMENTS.items():
+        print(f"{name:<10}{statistics.median(rates[name]):>9.1f}  {what}")
+
+
+if __name__ == "__main__":
+    main()
