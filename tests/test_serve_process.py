@@ -132,6 +132,24 @@ def test_a_running_server_answers_like_libretranslate(server, reference):
         assert client.get("/health").json()["status"] == "ok"
 
 
+def test_continuous_batching_is_opt_in_on_the_command_line(server, model_dir, reference):
+    """Static batches by default (measured faster: README, Serving); ``--continuous`` turns the
+    continuous search on, and its answers are the offline ones too."""
+    def continuous(url: str) -> bool:
+        (model,) = httpx.get(f"{url}/v1/models").json()["models"]
+        return model["batching"]["continuous"]
+
+    assert continuous(server.url) is False
+    srv = ServerProcess(model_dir, "--continuous")
+    try:
+        assert continuous(srv.url) is True
+        r = translate(srv.url, SENTENCES[:3])
+        assert r.json() == {"translatedText": reference.translate(SENTENCES[:3])}
+        assert httpx.get(f"{srv.url}/health").json()["stream_steps"] > 0  # it ran the search
+    finally:
+        assert srv.stop() == 0
+
+
 def test_sigterm_finishes_the_requests_in_flight_then_exits(model_dir, reference):
     # Requests wait up to 3 s in the queue for company, so they are surely in flight when
     # SIGTERM arrives; none may be lost, and no new connection is accepted meanwhile.
