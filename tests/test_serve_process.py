@@ -135,6 +135,7 @@ def test_a_running_server_answers_like_libretranslate(server, reference):
 def test_continuous_batching_is_opt_in_on_the_command_line(server, model_dir, reference):
     """Static batches by default (measured faster: README, Serving); ``--continuous`` turns the
     continuous search on, and its answers are the offline ones too."""
+
     def continuous(url: str) -> bool:
         (model,) = httpx.get(f"{url}/v1/models").json()["models"]
         return model["batching"]["continuous"]
