@@ -3,9 +3,9 @@
 On the CPU, bf16 pays only with bf16 instructions (AVX512_BF16, or AMX's tiles): without them
 a bf16 multiply is emulated and slower than float32. :func:`resolve_precision` picks
 ``bf16-mixed`` when the CPU's flags (``/proc/cpuinfo``) name ``avx512_bf16`` or ``amx_bf16``
-*and* a short probe (the model's own training step, forward and backward, on a synthetic
-batch of its configured size: a few seconds) measures bf16-mixed at least ``min_speedup``
-times as fast as float32 on this machine, with these threads; otherwise ``32``. (A probe of
+*and* a short probe (the model's own training step, forward and backward, on synthetic
+batches of its configured size in four shapes: about 10 seconds) measures bf16-mixed at
+least ``min_speedup`` times as fast as float32 on this machine, with these threads; otherwise ``32``. (A probe of
 the large multiplies alone measured 2-3x on AVX512_BF16 where a Transformer-Tiny step runs
 slower in bf16: small models are bound by their many small ops.) On a GPU it picks ``bf16-mixed`` where the GPU supports bf16.
 
