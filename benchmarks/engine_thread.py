@@ -14,7 +14,6 @@ does) for ``--steps`` steps, and print sentences/s.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import statistics
@@ -24,6 +23,8 @@ import threading
 import time
 from pathlib import Path
 
+from serve_load import read_test_source  # this folder: the Multi30K source side of a mirror
+
 PLACEMENTS = {
     "main": "load and search on the main thread",
     "worker": "load on the main thread, search on a worker thread (the server before)",
@@ -31,14 +32,14 @@ PLACEMENTS = {
 }
 
 
-def child(model_dir: str, source: str, placement: str, live: int, steps: int, threads: int):
+def child(model_dir: str, mirror: str, placement: str, live: int, steps: int, threads: int):
     import torch
 
     from seq2seq.continuous import ContinuousSearch
     from seq2seq.translate import Translator
 
     torch.set_num_threads(threads)
-    sentences = Path(source).read_text(encoding="utf-8").splitlines()
+    sentences = read_test_source(Path(model_dir), mirror, "test_2016_flickr")
     state: dict = {}
 
     def load() -> None:
@@ -99,23 +100,14 @@ def main() -> None:
         return
     if not args.mirror:
         sys.exit("give --mirror DIR (or SEQ2SEQ_MIRROR)")
-    gz = Path(args.mirror) / "multi30k" / "data" / "task1" / "raw" / "test_2016_flickr.en.gz"
-    if not gz.is_file():
-        gz = Path(args.mirror) / "data" / "task1" / "raw" / "test_2016_flickr.en.gz"
-    source = Path(os.environ.get("TMPDIR", "/tmp")) / f"engine-thread-{os.getpid()}.en"
-    with gzip.open(gz, "rt", encoding="utf-8") as f:
-        source.write_text(f.read(), encoding="utf-8")
     rates: dict[str, list[float]] = {name: [] for name in PLACEMENTS}
-    try:
-        for _ in range(args.rounds):
-            for name in PLACEMENTS:
-                cmd = [sys.executable, __file__, args.model_dir, "--child", str(source), name,
-                       "--live", str(args.live), "--steps", str(args.steps),
-                       "--threads", str(args.threads)]  # fmt: skip
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-                rates[name].append(json.loads(out.strip().splitlines()[-1])["sentences_per_s"])
-    finally:
-        source.unlink(missing_ok=True)
+    for _ in range(args.rounds):
+        for name in PLACEMENTS:
+            cmd = [sys.executable, __file__, args.model_dir, "--child", args.mirror, name,
+                   "--live", str(args.live), "--steps", str(args.steps),
+                   "--threads", str(args.threads)]  # fmt: skip
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            rates[name].append(json.loads(out.strip().splitlines()[-1])["sentences_per_s"])
     print(f"continuous beam search, {args.live} sentences live, {args.steps} steps, "
           f"{args.threads} threads, median of {args.rounds} rounds")  # fmt: skip
     print(f"{'placement':<10}{'sent/s':>9}  what")

@@ -5,9 +5,10 @@ a bf16 multiply is emulated and slower than float32. :func:`resolve_precision` p
 ``bf16-mixed`` when the CPU's flags (``/proc/cpuinfo``) name ``avx512_bf16`` or ``amx_bf16``
 *and* a short probe (the model's own training step, forward and backward, on synthetic
 batches of its configured size in four shapes: about 10 seconds) measures bf16-mixed at
-least ``min_speedup`` times as fast as float32 on this machine, with these threads; otherwise ``32``. (A probe of
-the large multiplies alone measured 2-3x on AVX512_BF16 where a Transformer-Tiny step runs
-slower in bf16: small models are bound by their many small ops.) On a GPU it picks ``bf16-mixed`` where the GPU supports bf16.
+least ``min_speedup`` times as fast as float32 on this machine, with these threads;
+otherwise ``32``. (A probe of the large multiplies alone measured 2-3x on AVX512_BF16 where
+a Transformer-Tiny step runs slower in bf16: small models are bound by their many small ops.)
+On a GPU it picks ``bf16-mixed`` where the GPU supports bf16.
 
 The choice depends on the machine, so ``auto`` is not for runs that must give the same model
 everywhere (``make demo`` states ``32``).

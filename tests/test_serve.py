@@ -49,15 +49,18 @@ def reference(model_dir) -> Translator:
 _LOADED: dict[Path, Translator] = {}
 
 
-def serve_and(model_dir, body, *, config: ServeConfig | None = None, translator=None):
+def serve_and(
+    model_dir, body, *, config: ServeConfig | None = None, translator=None, executor=None
+):
     """Run ``await body(client, translator)`` against a fresh app (lifespan included).
 
     Without ``translator``, the apps share one loaded Translator per model (loading is the
-    slow part; each app still has its own batcher and worker thread).
+    slow part; each app still has its own batcher and worker thread, or ``executor``).
     """
     if translator is None:
         translator = _LOADED.setdefault(model_dir, Translator.load(model_dir))
-    app = create_app(translator, info=model_info(translator, model_dir, "torch"), config=config)
+    info = model_info(translator, model_dir, "torch")
+    app = create_app(translator, info=info, config=config, executor=executor)
 
     async def main():
         async with app.router.lifespan_context(app):
@@ -736,19 +739,15 @@ def test_the_model_loads_warms_up_and_translates_on_the_engine_thread(model_dir,
     executor = engine_thread()
     try:
         engine = executor.submit(lambda: threading.current_thread().name).result()
-        translator, info = load_translator(
+        translator, _ = load_translator(
             model_dir, engine="torch", device="cpu", search={}, executor=executor
         )
-        app = create_app(translator, info=info, executor=executor)
 
-        async def main():
-            async with app.router.lifespan_context(app):
-                transport = httpx.ASGITransport(app=app)
-                async with httpx.AsyncClient(transport=transport, base_url="http://s") as client:
-                    r = await libre(client, SENTENCES[0])
-                    assert r.status_code == 200, r.text
+        async def body(client, _translator):
+            return await libre(client, SENTENCES[0])
 
-        asyncio.run(main())
+        r = serve_and(model_dir, body, translator=translator, executor=executor)
+        assert r.status_code == 200, r.text
         assert executor.submit(lambda: 1).result() == 1  # the app left the thread running
     finally:
         executor.shutdown()
