@@ -26,6 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from seq2seq.shape_buckets import bucketed, float32_attention
+
 __all__ = ["CrossAttention", "KVCache", "KVSlot", "SelfAttention", "attend"]
 
 
@@ -58,6 +60,12 @@ def attend(
     """
     if is_causal and (mask is not None or q.size(-2) != k.size(-2)):
         raise ValueError("is_causal needs a square score matrix and no other mask")
+    if float32_attention(q):  # CPU bf16 autocast: SDPA's float32 kernel (see shape_buckets)
+        with torch.autocast("cpu", enabled=False):
+            return attend(
+                q.float(), k.float(), v.float(), mask=mask, is_causal=is_causal,
+                dropout=dropout, need_weights=need_weights,
+            )  # fmt: skip
     # A decoding step's few queries per row (1; the K beams of a sentence in cross-attention):
     # on the CPU, SDPA's kernel takes 1.4-5x as long as two batched multiplies and a softmax
     # there (benchmarks/profile_step.py), so such calls take the explicit path.
@@ -302,7 +310,7 @@ class SelfAttention(nn.Module):
         Returns:
             (output (B, L, D), weights or None, the new (K, V) including these positions).
         """
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)
+        q, k, v = bucketed(self.qkv_proj, x).chunk(3, dim=-1)
         q, k, v = (_split_heads(t, self.n_heads) for t in (q, k, v))  # (B, H, L, Dh)
         if isinstance(cache, KVSlot):
             k, v = cache.extend(k, v)  # (B, H, Lpast + L, Dh) views of the cache
@@ -318,7 +326,7 @@ class SelfAttention(nn.Module):
             dropout=self.dropout if self.training else 0.0,
             need_weights=need_weights,
         )
-        return self.out_proj(_merge_heads(out)), weights, (k, v)
+        return bucketed(self.out_proj, _merge_heads(out)), weights, (k, v)
 
 
 class CrossAttention(nn.Module):
@@ -336,7 +344,7 @@ class CrossAttention(nn.Module):
 
     def memory_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Project the encoder memory (B, S, D) once into (K, V), each (B, H, S, Dh)."""
-        k, v = self.kv_proj(memory).chunk(2, dim=-1)
+        k, v = bucketed(self.kv_proj, memory).chunk(2, dim=-1)
         return _split_heads(k, self.n_heads), _split_heads(v, self.n_heads)
 
     def forward(
@@ -356,7 +364,7 @@ class CrossAttention(nn.Module):
         Returns:
             (output (B, T, D), weights (B, H, T, S) or None).
         """
-        q = _split_heads(self.q_proj(x), self.n_heads)  # (B, H, T, Dh)
+        q = _split_heads(bucketed(self.q_proj, x), self.n_heads)  # (B, H, T, Dh)
         b, h, t, dh = q.shape
         if group > 1:  # (M * G, H, T, Dh) -> (M, H, G * T, Dh)
             q = q.view(b // group, group, h, t, dh).transpose(1, 2).reshape(-1, h, group * t, dh)
@@ -371,7 +379,7 @@ class CrossAttention(nn.Module):
         if group > 1:  # back to (B, H, T, .)
             out = _ungroup(out, group, t)
             weights = None if weights is None else _ungroup(weights, group, t)
-        return self.out_proj(_merge_heads(out)), weights
+        return bucketed(self.out_proj, _merge_heads(out)), weights
 
 
 def _ungroup(x: Tensor, group: int, t: int) -> Tensor:

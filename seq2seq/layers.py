@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seq2seq.attention import CrossAttention, SelfAttention
+from seq2seq.shape_buckets import bucketed
 
 __all__ = [
     "DecoderLayer",
@@ -146,6 +147,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         """(B, L, D) -> (B, L, D)."""
+        return bucketed(self._rows, x)
+
+    def _rows(self, x: Tensor) -> Tensor:
         return self.linear2(self.dropout(self.activation(self.linear1(x))))
 
 

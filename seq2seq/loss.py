@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
+
+from seq2seq.shape_buckets import bucket_rows
 
 __all__ = ["LossOutput", "label_smoothed_nll", "target_log_probs"]
 
@@ -215,8 +218,14 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(compute_dtype), weight.to(compute_dtype)  # no-ops in float32
             n = h.size(0)
+            if compute_dtype == torch.bfloat16 and h.device.type == "cpu":
+                # Zero rows up to a bucket size, so the last chunk's shape is one of a few
+                # and oneDNN reuses its kernels (seq2seq.shape_buckets); dropped below.
+                extra = bucket_rows(n) - n
+                h, target = F.pad(h, (0, 0, 0, extra)), F.pad(target, (0, extra))
             loss_dtype = torch.promote_types(compute_dtype, torch.float32)
-            losses = h.new_empty(n, dtype=loss_dtype), h.new_empty(n, dtype=loss_dtype)
+            rows = h.size(0)
+            losses = h.new_empty(rows, dtype=loss_dtype), h.new_empty(rows, dtype=loss_dtype)
             # The gradient of loss.sum(), computed while each chunk is in cache: used as is
             # when that (times a constant) is what the backward asks for.
             grads = None
@@ -224,24 +233,27 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
                 grads = torch.empty_like(h), torch.zeros_like(weight)
             _chunks(h, w, target, epsilon, chunk_rows, losses=losses, grads=grads)
         ctx.save_for_backward(h, w, target, *(grads or (None, None)))
-        ctx.epsilon, ctx.chunk_rows = epsilon, chunk_rows
+        ctx.epsilon, ctx.chunk_rows, ctx.n = epsilon, chunk_rows, n
         ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
+        if rows > n:
+            return losses[0][:n].clone(), losses[1][:n].clone()
         return losses
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
         h, w, target, grad_h, grad_w = ctx.saved_tensors
-        if h.size(0) == 0:
+        n, extra = ctx.n, h.size(0) - ctx.n  # extra: the zero rows forward added
+        if n == 0:
             return (torch.zeros_like(h, dtype=ctx.hidden_dtype),
                     torch.zeros_like(w, dtype=ctx.weight_dtype), None, None, None, None)  # fmt: skip
         if not bool(grad_nll.any()) and bool((grad_loss == grad_loss[0]).all()):
             scale = grad_loss[0]
-            return ((grad_h * scale).to(ctx.hidden_dtype), grad_w * scale,
+            return ((grad_h[:n] * scale).to(ctx.hidden_dtype), grad_w * scale,
                     None, None, None, None)  # fmt: skip
         # General case (per-token weights, or the NLL differentiated too): recompute exactly.
         grads = torch.empty_like(h), torch.zeros_like(w, dtype=ctx.weight_dtype)
         _chunks(
-            h, w, target, ctx.epsilon, ctx.chunk_rows,
-            losses=None, grads=grads, on_loss=grad_loss, on_nll=grad_nll,
+            h, w, target, ctx.epsilon, ctx.chunk_rows, losses=None, grads=grads,
+            on_loss=F.pad(grad_loss, (0, extra)), on_nll=F.pad(grad_nll, (0, extra)),
         )  # fmt: skip
-        return grads[0].to(ctx.hidden_dtype), grads[1], None, None, None, None
+        return grads[0][:n].to(ctx.hidden_dtype), grads[1], None, None, None, None
