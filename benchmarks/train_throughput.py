@@ -10,6 +10,8 @@ over Multi30K en+de, tied embeddings, 4,096-token batches, float32, 2 CPU thread
     SEQ2SEQ_MIRROR=../shared/data/multi30k python benchmarks/train_throughput.py --steps 30
     python benchmarks/train_throughput.py --shape tiny            # Transformer-Tiny vs plain
     python benchmarks/train_throughput.py --shape demo --impls ours,ours-bf16   # bf16 vs fp32
+    python benchmarks/train_throughput.py --shape demo \
+        --impls ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off  # seq2seq.shape_buckets
 
 ``--shape`` picks the sizes (``reference``, ``tiny``: 4+4 layers, d_model 128, d_ff 256,
 dropout 0.3, 8,000 pieces; ``demo``: configs/multi30k_quick.yaml's model and batches);
@@ -89,14 +91,19 @@ IMPLS = {
     "plain": "plain torch.nn.Transformer",
     "ours": "seq2seq (Lightning), fp32",
     "ours-bf16": "seq2seq (Lightning), bf16-mixed",
+    # the shape_buckets ablation: bf16-mixed with one lever, or neither, on
+    "ours-bf16-rows": "bf16, row buckets only",
+    "ours-bf16-attn": "bf16, float32 attention only",
+    "ours-bf16-off": "bf16, neither lever",
 }
+LEVERS = {"ours-bf16-rows": {"rows"}, "ours-bf16-attn": {"attention"}, "ours-bf16-off": set()}
 
 
 EXTRA: list[str] = []  # --dropout: model.dropout for both implementations
 
 
 def overrides(shape: str, impl: str = "ours") -> list[str]:
-    precision = "bf16-mixed" if impl == "ours-bf16" else "32"
+    precision = "bf16-mixed" if impl.startswith("ours-bf16") else "32"
     return [*COMMON, *SHAPES[shape], f"training.precision={precision}", *EXTRA]
 
 
@@ -172,9 +179,13 @@ def run_ours(steps: int, warmup: int, threads: int, mirror: str | None, shape: s
     import pytorch_lightning as pl
     import torch
 
+    from seq2seq import shape_buckets
     from seq2seq.system import TranslationModule
 
     torch.set_num_threads(threads)
+    if impl in LEVERS:
+        shape_buckets.LEVERS.clear()
+        shape_buckets.LEVERS.update(LEVERS[impl])
     cfg, dm, data = batches(steps, mirror, shape, impl)
     module = TranslationModule(
         cfg=cfg,

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seq2seq.shape_buckets import bucket_rows
+from seq2seq.shape_buckets import padded_rows
 
 __all__ = ["LossOutput", "label_smoothed_nll", "target_log_probs"]
 
@@ -221,7 +221,7 @@ class _ProjectedSmoothedNLL(torch.autograd.Function):
             if compute_dtype == torch.bfloat16 and h.device.type == "cpu":
                 # Zero rows up to a bucket size, so the last chunk's shape is one of a few
                 # and oneDNN reuses its kernels (seq2seq.shape_buckets); dropped below.
-                extra = bucket_rows(n) - n
+                extra = padded_rows(n) - n
                 h, target = F.pad(h, (0, 0, 0, extra)), F.pad(target, (0, extra))
             loss_dtype = torch.promote_types(compute_dtype, torch.float32)
             rows = h.size(0)

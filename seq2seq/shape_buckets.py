@@ -19,6 +19,10 @@ So, only under CPU bf16 autocast (:func:`cpu_bf16`):
   (and run with autocast off): SDPA's float32 kernel on MKL.
 
 Everywhere else (float32 training, GPUs, decoding) these are plain calls.
+
+:data:`LEVERS` names the levers that are on (both, by default); the throughput benchmark
+switches them off one at a time to measure each
+(``benchmarks/train_throughput.py --impls ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off``).
 """
 
 from __future__ import annotations
@@ -29,10 +33,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["bucket_rows", "bucketed", "cpu_bf16", "float32_attention"]
+__all__ = ["LEVERS", "bucket_rows", "bucketed", "cpu_bf16", "float32_attention", "padded_rows"]
 
 MIN_BUCKET = 16
 """Row counts are padded to a multiple of at least this."""
+
+LEVERS = {"rows", "attention"}
+"""The levers that are on: ``rows`` (:func:`padded_rows`), ``attention`` (:func:`float32_attention`)."""
 
 
 def cpu_bf16(x: Tensor) -> bool:
@@ -56,11 +63,17 @@ def bucket_rows(rows: int) -> int:
     return -(-rows // step) * step
 
 
+def padded_rows(rows: int) -> int:
+    """The row count a bf16 CPU multiply over ``rows`` rows runs on: :func:`bucket_rows`,
+    or ``rows`` itself while the ``rows`` lever is off."""
+    return bucket_rows(rows) if "rows" in LEVERS else rows
+
+
 def bucketed(rows_fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
     """``rows_fn(x)`` for a function that maps each row of ``x`` (..., D_in) on its own.
 
     Under CPU bf16 autocast, the rows of ``x`` (all dimensions but the last, flattened) are
-    cast to bf16 and padded with zero rows to :func:`bucket_rows`, and the padding rows of
+    cast to bf16 and padded with zero rows to :func:`padded_rows`, and the padding rows of
     the output are dropped; otherwise ``rows_fn(x)``. The padding rows' outputs get a zero
     gradient, so they add nothing to any weight's gradient: a linear layer, or a whole
     feed-forward block (its dropout draws a mask for the padding rows too).
@@ -69,7 +82,7 @@ def bucketed(rows_fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
         return rows_fn(x)
     width = x.size(-1)
     rows = x.numel() // width if width else 0
-    padded = bucket_rows(rows)
+    padded = padded_rows(rows)
     if padded == rows:
         return rows_fn(x)
     flat = F.pad(x.reshape(rows, width).to(torch.bfloat16), (0, 0, 0, padded - rows))
@@ -79,4 +92,4 @@ def bucketed(rows_fn: Callable[[Tensor], Tensor], x: Tensor) -> Tensor:
 
 def float32_attention(q: Tensor) -> bool:
     """Whether attention over ``q`` should run in float32 with autocast off (see module doc)."""
-    return cpu_bf16(q)
+    return "attention" in LEVERS and cpu_bf16(q)

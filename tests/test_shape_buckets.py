@@ -150,3 +150,24 @@ def test_the_bf16_loss_drops_its_padding_rows():
     ref_h, ref_w = torch.autograd.grad(ref.loss + 0.5 * ref.nll, (hidden, weight))
     for got, want in ((grad_h, ref_h), (grad_w, ref_w)):
         assert (got - want).norm() / want.norm() < 2e-2
+
+
+def test_each_lever_switches_off_on_its_own(monkeypatch):
+    # the benchmark's ablation (train_throughput --impls ours-bf16-rows,...) relies on this
+    import seq2seq.shape_buckets as shape_buckets
+
+    layer = nn.Linear(8, 4)
+    x = torch.randn(21, 8)
+    seen = []
+
+    def rows_fn(t):
+        seen.append(t.shape[0])
+        return layer(t)
+
+    q = torch.randn(1, 2, 3, 4)
+    for levers, rows, fp32 in (({"rows"}, 32, False), ({"attention"}, 21, True), (set(), 21, False)):
+        monkeypatch.setattr(shape_buckets, "LEVERS", set(levers))
+        with bf16_autocast():
+            assert bucketed(rows_fn, x).shape == (21, 4)
+            assert shape_buckets.float32_attention(q) is fp32
+        assert seen[-1] == rows and shape_buckets.padded_rows(21) == rows
