@@ -95,6 +95,9 @@ IMPLS = {
     "ours-bf16-rows": "bf16, row buckets only",
     "ours-bf16-attn": "bf16, float32 attention only",
     "ours-bf16-off": "bf16, neither lever",
+    # training.keep_freed_memory=false (seq2seq/allocator.py): glibc's malloc as it comes
+    "ours-sysmalloc": "fp32, system malloc",
+    "ours-bf16-sysmalloc": "bf16-mixed, system malloc",
 }
 LEVERS = {"ours-bf16-rows": {"rows"}, "ours-bf16-attn": {"attention"}, "ours-bf16-off": set()}
 
@@ -104,7 +107,8 @@ EXTRA: list[str] = []  # --dropout: model.dropout for both implementations
 
 def overrides(shape: str, impl: str = "ours") -> list[str]:
     precision = "bf16-mixed" if impl.startswith("ours-bf16") else "32"
-    return [*COMMON, *SHAPES[shape], f"training.precision={precision}", *EXTRA]
+    malloc = ["training.keep_freed_memory=false"] if impl.endswith("-sysmalloc") else []
+    return [*COMMON, *SHAPES[shape], f"training.precision={precision}", *malloc, *EXTRA]
 
 
 def work_dir(shape: str) -> Path:

@@ -281,6 +281,9 @@ class TrainingConfig:
     """torch intra-op threads (0 = leave torch's default)."""
     compile: bool = False
     """Wrap the model in torch.compile."""
+    keep_freed_memory: bool = True
+    """On the CPU, keep freed memory in the process for the next step instead of returning
+    it to the system (glibc's malloc; seq2seq/allocator.py): fewer page faults, same results."""
     init_from: str | None = None
     """Fine-tune: start from this model directory's weights, SentencePiece model(s) and model
     shape (``seq2seq train --init-from DIR``; see seq2seq/finetune.py). The optimizer and the

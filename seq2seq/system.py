@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from seq2seq.allocator import keep_freed_memory
 from seq2seq.average import CHECKPOINT_KEY
 from seq2seq.config import (
     ConfigError,
@@ -332,6 +333,11 @@ class TranslationModule(pl.LightningModule):
         self.model.encoder.compile(dynamic=True)
         self.model.decoder.compile(dynamic=True)
         self._compiled = True
+
+    def on_fit_start(self) -> None:
+        """``training.keep_freed_memory`` on the CPU (seq2seq/allocator.py)."""
+        if self.cfg.training.keep_freed_memory and self.device.type == "cpu":
+            keep_freed_memory()
 
     def configure_optimizers(self):
         """AdamW (decay on matrices only) and the per-update LambdaLR schedule."""
