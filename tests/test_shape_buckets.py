@@ -165,7 +165,11 @@ def test_each_lever_switches_off_on_its_own(monkeypatch):
         return layer(t)
 
     q = torch.randn(1, 2, 3, 4)
-    for levers, rows, fp32 in (({"rows"}, 32, False), ({"attention"}, 21, True), (set(), 21, False)):
+    for levers, rows, fp32 in (
+        ({"rows"}, 32, False),
+        ({"attention"}, 21, True),
+        (set(), 21, False),
+    ):
         monkeypatch.setattr(shape_buckets, "LEVERS", set(levers))
         with bf16_autocast():
             assert bucketed(rows_fn, x).shape == (21, 4)
