@@ -5,9 +5,10 @@ the loss's logits chunks, gradients). glibc's malloc gives blocks from 128 KiB u
 threshold then adapts) to ``mmap`` and back to the kernel on ``free``, and trims the top
 of its heap past 128 KiB of free space: each new buffer then starts as fresh pages, and
 touching them costs one page fault per 4 KiB. Measured on the Transformer-Tiny shape
-(``benchmarks/train_throughput.py --shape tiny``, 2 threads, Intel Xeon): 1.33 million
-page faults in 35 bf16 steps, and 268,000 with this; bf16 ran 9% faster, fp32 4% (the
-same numbers, only sooner).
+(``benchmarks/train_throughput.py --shape tiny``, 2 threads, Intel Xeon in a VM): 1.33
+million page faults in 35 bf16 steps, and 269,000 with this; tokens/s (3 rounds, medians,
+``--impls ...,ours-sysmalloc,ours-bf16-sysmalloc``) +7.5% in bf16 and +6% in fp32 on the
+Tiny shape, +9% and +3% on the demo shape. The same numbers, only sooner.
 
 :func:`keep_freed_memory` raises the ``mmap`` threshold to glibc's 64-bit maximum (32 MiB)
 and the trim threshold to 2 GiB, so freed blocks stay in the heap for the next step. The
