@@ -40,7 +40,15 @@ def _start_train(tmp_path: Path, out: Path, *extra: str) -> subprocess.Popen:
         stdout=subprocess.DEVNULL,
         text=True,
         env=_env(),
+        # a shell without job control starts background jobs (`... &`) with SIGINT ignored,
+        # and the child would inherit that and never see the test's SIGINT: a user's Ctrl-C
+        # reaches a run whose SIGINT is at its default
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for_step(proc: subprocess.Popen, step: int, timeout: float = 300) -> list[str]:
@@ -60,8 +68,12 @@ def _wait_for_step(proc: subprocess.Popen, step: int, timeout: float = 300) -> l
 
 
 def _finish(proc: subprocess.Popen) -> tuple[int, list[str]]:
-    rest = proc.stderr.read()
-    proc.wait(timeout=120)
+    try:
+        rest = proc.communicate(timeout=120)[1]
+    except subprocess.TimeoutExpired:  # the signal did not stop it: fail, don't hang
+        proc.kill()
+        rest = proc.communicate()[1]
+        raise AssertionError(f"the run did not stop:\n{rest[-2000:]}") from None
     return proc.returncode, rest.strip().splitlines()
 
 
