@@ -72,10 +72,11 @@ def bf16_speedup(
     shape and bf16's kernels are fast on some shapes only (measured on an Intel Xeon with
     AMX, the demo model, before seq2seq.shape_buckets: 1.23x at one sentence length, 1.02x
     over twelve lengths, 0.82x in whole training steps; with it, this probe 1.69x for the
-    demo model and 1.43x for Transformer-Tiny, whole steps 1.72x and 1.33x). Each precision runs one untimed round to warm up (oneDNN builds
-    its kernels per shape on first use), then ``rounds`` rounds of ``reps`` steps,
-    alternating; the best round counts. bf16-mixed is the forward under CPU autocast to bf16
-    and the backward outside it, as Lightning runs it. Above 1: bf16-mixed is faster.
+    demo model and 1.43x for Transformer-Tiny, whole steps 1.72x and 1.33x). Each precision
+    runs one untimed round to warm up (oneDNN builds its kernels per shape on first use),
+    then ``rounds`` rounds of ``reps`` steps, alternating; the best round counts. bf16-mixed
+    is the forward under CPU autocast to bf16 and the backward outside it, as Lightning runs
+    it. Above 1: bf16-mixed is faster.
     """
 
     def step(bf16: bool) -> None:

@@ -21,8 +21,8 @@ So, only under CPU bf16 autocast (:func:`cpu_bf16`):
 Everywhere else (float32 training, GPUs, decoding) these are plain calls.
 
 :data:`LEVERS` names the levers that are on (both, by default); the throughput benchmark
-switches them off one at a time to measure each
-(``benchmarks/train_throughput.py --impls ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off``).
+switches them off one at a time to measure each (``benchmarks/train_throughput.py --impls
+ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ MIN_BUCKET = 16
 """Row counts are padded to a multiple of at least this."""
 
 LEVERS = {"rows", "attention"}
-"""The levers that are on: ``rows`` (:func:`padded_rows`), ``attention`` (:func:`float32_attention`)."""
+"""The levers that are on: ``rows`` (:func:`padded_rows`) and ``attention``
+(:func:`float32_attention`)."""
 
 
 def cpu_bf16(x: Tensor) -> bool:
