@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from export_parity import add_test_set_args, load_test_set  # noqa: E402
 
-from seq2seq.metrics import score_corpus  # noqa: E402
-from seq2seq.translate import Translator  # noqa: E402
+from seq2seq.decode.translator import Translator  # noqa: E402
+from seq2seq.evaluate.metrics import score_corpus  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -51,7 +51,7 @@ def measure(
     """One timed translation of ``src`` (run inside the child process)."""
     import torch
 
-    from seq2seq.translate import Translator
+    from seq2seq.decode.translator import Translator
 
     torch.set_num_threads(threads)
     translator = Translator.load(engine_dir, engine=engine, **SEARCHES[search])

@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Where the engine runs: the main thread, a worker thread, or a worker thread that loaded it.
 
-Why ``seq2seq serve`` loads its model on its engine thread (seq2seq.batcher.engine_thread):
+Why ``seq2seq serve`` loads its model on its engine thread (seq2seq.serve.batcher.engine_thread):
 PyTorch's GNU OpenMP gives each thread that runs a parallel operator a team of its own and
 lets idle helpers sleep once the process holds more OpenMP threads than CPUs. Each placement
 runs in a fresh process: load the model, then keep ``--live`` sentences in a continuous beam
-search (seq2seq.continuous, refilled from test_2016_flickr as sentences finish, as the server
+search (seq2seq.decode.continuous, refilled from test_2016_flickr as sentences finish, as the server
 does) for ``--steps`` steps, and print sentences/s.
 
     python benchmarks/engine_thread.py runs/demo/averaged --mirror $SEQ2SEQ_MIRROR
@@ -35,8 +35,8 @@ PLACEMENTS = {
 def child(model_dir: str, mirror: str, placement: str, live: int, steps: int, threads: int):
     import torch
 
-    from seq2seq.continuous import ContinuousSearch
-    from seq2seq.translate import Translator
+    from seq2seq.decode.continuous import ContinuousSearch
+    from seq2seq.decode.translator import Translator
 
     torch.set_num_threads(threads)
     sentences = read_test_source(Path(model_dir), mirror, "test_2016_flickr")

@@ -27,10 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.config import load_config  # noqa: E402
-from seq2seq.evaluate import read_test_pair, resolve_test_set  # noqa: E402
-from seq2seq.metrics import score_corpus  # noqa: E402
-from seq2seq.translate import Translator  # noqa: E402
+from seq2seq.config.experiment import load_config  # noqa: E402
+from seq2seq.decode.translator import Translator  # noqa: E402
+from seq2seq.evaluate.evaluation import read_test_pair, resolve_test_set  # noqa: E402
+from seq2seq.evaluate.metrics import score_corpus  # noqa: E402
 
 
 def measure(translator: Translator, src: list[str], ref: list[str]) -> dict:

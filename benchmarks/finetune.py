@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.evaluate import evaluate  # noqa: E402
-from seq2seq.train import resolve_config, train  # noqa: E402
+from seq2seq.evaluate.evaluation import evaluate  # noqa: E402
+from seq2seq.train.trainer import resolve_config, train  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

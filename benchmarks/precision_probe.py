@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """What ``training.precision: auto`` would choose for each config on this machine, and why.
 
-Runs the probe ``seq2seq train`` runs (seq2seq.precision.bf16_speedup over the config's own
-training-step forward, seq2seq.train._probe_forward) ``--rounds`` times per config and prints
+Runs the probe ``seq2seq train`` runs (seq2seq.train.precision.bf16_speedup over the config's own
+training-step forward, seq2seq.train.trainer._probe_forward) ``--rounds`` times per config and prints
 the measured bf16-mixed / float32 speed of the step, the choice and the probe's own time.
 Compare the ratio with benchmarks/train_throughput.py's bf16 / fp32 column for the same shape.
 
@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from seq2seq.config import load_config
-from seq2seq.precision import bf16_speedup, resolve_precision
-from seq2seq.train import _probe_forward
+from seq2seq.config.experiment import load_config
+from seq2seq.train.precision import bf16_speedup, resolve_precision
+from seq2seq.train.trainer import _probe_forward
 
 
 def main() -> None:

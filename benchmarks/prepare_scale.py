@@ -79,10 +79,10 @@ def _peak_mib() -> float:
 
 def run_one(n: int, work: Path, vocab_size: int) -> dict:
     """The timed pipeline for one size (run in its own process)."""
-    from seq2seq.cleaning import CleaningRules
-    from seq2seq.corpora import Corpus, Part, RemoteFile, prepare_corpus
-    from seq2seq.data import TokenBucketSampler, TokenStore, build_store, collate
-    from seq2seq.tokenizer import ensure_tokenizer
+    from seq2seq.data.cleaning import CleaningRules
+    from seq2seq.data.corpora import Corpus, Part, RemoteFile, prepare_corpus
+    from seq2seq.data.parallel import TokenBucketSampler, TokenStore, build_store, collate
+    from seq2seq.data.tokenizer import ensure_tokenizer
 
     root = work / f"mirror-{n}"
     sums = json.loads((root / "synthetic/done.json").read_text())

@@ -273,7 +273,7 @@ async def load(
 def offline(model_dir: str, engine: str, threads: int, src_file: str, out_file: str) -> None:
     import torch
 
-    from seq2seq.translate import Translator
+    from seq2seq.decode.translator import Translator
 
     torch.set_num_threads(threads)
     src = Path(src_file).read_text(encoding="utf-8").split("\n")[:-1]
@@ -292,7 +292,7 @@ SOURCE, TARGET = "en", "de"  # set from the model's data.pair
 
 
 def read_test_source(model_dir: Path, mirror: str | None, split: str) -> list[str]:
-    from seq2seq.config import load_config
+    from seq2seq.config.experiment import load_config
 
     cfg = load_config(model_dir / "config.yaml")
     src_lang, tgt_lang = cfg.data.pair.split("-")

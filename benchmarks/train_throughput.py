@@ -11,7 +11,7 @@ over Multi30K en+de, tied embeddings, 4,096-token batches, float32, 2 CPU thread
     python benchmarks/train_throughput.py --shape tiny            # Transformer-Tiny vs plain
     python benchmarks/train_throughput.py --shape demo --impls ours,ours-bf16   # bf16 vs fp32
     python benchmarks/train_throughput.py --shape demo \
-        --impls ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off  # seq2seq.shape_buckets
+        --impls ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off  # seq2seq.model.shape_buckets
 
 ``--shape`` picks the sizes (``reference``, ``tiny``: 4+4 layers, d_model 128, d_ff 256,
 dropout 0.3, 8,000 pieces; ``demo``: configs/multi30k_quick.yaml's model and batches);
@@ -95,7 +95,7 @@ IMPLS = {
     "ours-bf16-rows": "bf16, row buckets only",
     "ours-bf16-attn": "bf16, float32 attention only",
     "ours-bf16-off": "bf16, neither lever",
-    # training.keep_freed_memory=false (seq2seq/allocator.py): glibc's malloc as it comes
+    # training.keep_freed_memory=false (seq2seq/core/memory.py): glibc's malloc as it comes
     "ours-sysmalloc": "fp32, system malloc",
     "ours-bf16-sysmalloc": "bf16-mixed, system malloc",
 }
@@ -154,8 +154,8 @@ def forward_flops(src_lens, tgt_lens, *, d: int, ff: int, enc: int, dec: int, vo
 
 def prepare(shape: str, mirror: str | None) -> None:
     """Build the tokenizer and the binarized stores once (shared by every subprocess)."""
-    from seq2seq.config import load_config
-    from seq2seq.datamodule import TranslationDataModule
+    from seq2seq.config.experiment import load_config
+    from seq2seq.data.datamodule import TranslationDataModule
 
     cfg = load_config(None, overrides(shape))
     dm = TranslationDataModule(cfg, work_dir(shape), mirror=mirror)
@@ -164,8 +164,8 @@ def prepare(shape: str, mirror: str | None) -> None:
 
 def batches(steps: int, mirror: str | None, shape: str, impl: str = "ours"):
     """The first ``steps`` training batches of the shape's config (same order everywhere)."""
-    from seq2seq.config import load_config
-    from seq2seq.datamodule import TranslationDataModule
+    from seq2seq.config.experiment import load_config
+    from seq2seq.data.datamodule import TranslationDataModule
 
     cfg = load_config(None, overrides(shape, impl))
     dm = TranslationDataModule(cfg, work_dir(shape), mirror=mirror)
@@ -184,7 +184,7 @@ def run_ours(steps: int, warmup: int, threads: int, mirror: str | None, shape: s
     import torch
 
     from seq2seq import shape_buckets
-    from seq2seq.system import TranslationModule
+    from seq2seq.train.module import TranslationModule
 
     torch.set_num_threads(threads)
     if impl in LEVERS:

@@ -21,7 +21,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from seq2seq.files import atomic_open
+from seq2seq.core.files import atomic_open
 
 
 def read_curve(run: Path, metric: str = "val/bleu") -> list[tuple[float, float, int]]:

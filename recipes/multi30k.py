@@ -9,12 +9,12 @@ Each stage writes its output under --out and is skipped when that output already
 an interrupted recipe run again continues where it stopped (training resumes from its last
 checkpoint). Offline, set SEQ2SEQ_MIRROR (or --mirror) to a local copy of the Multi30K
 repository. Every stage is one `seq2seq` command, printed before it runs, so each can be
-rerun by hand. The pipeline itself is seq2seq/recipe.py, shared with the other recipes.
+rerun by hand. The pipeline itself is seq2seq/cli/recipe.py, shared with the other recipes.
 """
 
 import sys
 
-from seq2seq.recipe import main
+from seq2seq.cli.recipe import main
 
 if __name__ == "__main__":
     sys.exit(

@@ -11,7 +11,7 @@ named by language code (data/train -> data/train.en + data/train.de for --pair e
 tab-separated file with a sentence pair a line (Tatoeba, many OPUS dumps). The config
 (default configs/own_files.yaml: a small Transformer, exact duplicate pairs removed) takes any
 key.sub=value override after the options. The stages are those of every recipe
-(seq2seq/recipe.py), each skipped when its output exists, each printed as the `seq2seq`
+(seq2seq/cli/recipe.py), each skipped when its output exists, each printed as the `seq2seq`
 command it runs; the results go to OUT/results.tsv.
 """
 
@@ -19,7 +19,7 @@ import argparse
 import json
 import sys
 
-from seq2seq.recipe import main
+from seq2seq.cli.recipe import main
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(add_help=False)

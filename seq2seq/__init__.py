@@ -6,7 +6,7 @@ Shape letters used in comments and docstrings throughout:
     L a generic sequence length, Lq / Lk query / key lengths.
 
 Mask convention: a boolean attention mask is True where a query may attend; a padding
-indicator is named ``*_pad`` and is True where padding is (see seq2seq/masks.py).
+indicator is named ``*_pad`` and is True where padding is (see seq2seq/model/masks.py).
 
 The public names below are imported on first use, so ``import seq2seq`` (and the CLI's
 start-up) does not pay for torch until a command needs it.
@@ -32,13 +32,13 @@ __version__ = "0.1.0"
 _HOMES = {
     "ExperimentConfig": "seq2seq.config",
     "load_config": "seq2seq.config",
-    "UserError": "seq2seq.errors",
+    "UserError": "seq2seq.core",
     "Seq2SeqTransformer": "seq2seq.model",
     "build_model": "seq2seq.model",
-    "load_model_dir": "seq2seq.modeldir",
-    "Translator": "seq2seq.translate",
-    "Terminology": "seq2seq.constraints",
-    "Scorer": "seq2seq.scoring",
+    "load_model_dir": "seq2seq.model",
+    "Translator": "seq2seq.decode",
+    "Terminology": "seq2seq.decode",
+    "Scorer": "seq2seq.decode",
 }
 
 

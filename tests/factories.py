@@ -1,15 +1,15 @@
 """Tiny but real model directories for tests (translate, evaluate, export, plots, safety).
 
 ``make_model_dir(path)`` writes a complete model directory, loadable with
-:func:`seq2seq.modeldir.load_model_dir` and :meth:`seq2seq.translate.Translator.load`:
+:func:`seq2seq.model.directory.load_model_dir` and :meth:`seq2seq.decode.translator.Translator.load`:
 
 - ``spm.model``: a joint BPE SentencePiece model (about 100 pieces) trained with
-  :func:`seq2seq.tokenizer.train_tokenizer` on :func:`synthetic_pairs` (a few hundred short
+  :func:`seq2seq.data.tokenizer.train_tokenizer` on :func:`synthetic_pairs` (a few hundred short
   sentences over a 40-word vocabulary; the target is the source itself: a copy task);
 - ``config.yaml``: the defaults with a tiny model (d_model 32, 2 heads, d_ff 64, one encoder
   and one decoder layer, max_positions 64, dropout 0), plus ``cfg_overrides``
   (``"model.n_decoder_layers=2"`` etc., applied like command-line overrides);
-- ``model.safetensors`` + ``manifest.json`` via :func:`seq2seq.modeldir.save_model_dir`.
+- ``model.safetensors`` + ``manifest.json`` via :func:`seq2seq.model.directory.save_model_dir`.
 
 With ``train_steps > 0`` the model is first trained on the copy task with plain torch (Adam,
 cross-entropy, batches of 32 pairs; no Lightning), so its output is not random: after ~150 steps
@@ -42,10 +42,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from seq2seq.config import load_config
-from seq2seq.model import build_model
-from seq2seq.modeldir import load_model_dir, save_model_dir
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from seq2seq.config.experiment import load_config
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from seq2seq.model.directory import load_model_dir, save_model_dir
+from seq2seq.model.transformer import build_model
 
 __all__ = ["TINY_OVERRIDES", "WORDS", "make_model_dir", "synthetic_pairs"]
 

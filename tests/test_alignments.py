@@ -9,12 +9,12 @@ import pytest
 import torch
 from factories import make_model_dir
 
-from seq2seq.alignments import align_pieces, format_alignment, parse_alignment, word_index
 from seq2seq.cli import main
-from seq2seq.errors import UserError
-from seq2seq.modeldir import load_model_dir
-from seq2seq.tokenizer import BOS_ID, EOS_ID
-from seq2seq.translate import Translator
+from seq2seq.core.errors import UserError
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID
+from seq2seq.decode.alignments import align_pieces, format_alignment, parse_alignment, word_index
+from seq2seq.decode.translator import Translator
+from seq2seq.model.directory import load_model_dir
 
 SENTENCES = [
     "Big red",
@@ -107,7 +107,7 @@ def test_translator_alignments_cover_every_target_word(trained_dir):
 
 def test_ctranslate2_alignments_match_the_torch_engines(trained_dir, tmp_path):
     pytest.importorskip("ctranslate2")
-    from seq2seq.export import export_model
+    from seq2seq.export.exporter import export_model
 
     ct2 = export_model(trained_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
     torch_out = Translator.load(trained_dir, method="greedy").translate_nbest(
@@ -180,7 +180,7 @@ def test_jsonl_one_object_per_input_line(trained_dir, tmp_path):
 
 
 def test_an_engine_without_attention_is_a_clear_error(trained_dir):
-    from seq2seq.engines import OnnxEngine
+    from seq2seq.decode.engines import OnnxEngine
 
     with pytest.raises(UserError, match="no attention"):
         OnnxEngine.start(object.__new__(OnnxEngine), [[5, EOS_ID]], attention=True)

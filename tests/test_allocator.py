@@ -1,4 +1,4 @@
-"""seq2seq.allocator: freed blocks stay in the process, so reusing one faults no new pages."""
+"""seq2seq.core.memory: freed blocks stay in the process, so reusing one faults no new pages."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import sys
 
 import pytest
 
-from seq2seq.config import load_config
-from seq2seq.system import TranslationModule
+from seq2seq.config.experiment import load_config
+from seq2seq.train.module import TranslationModule
 
 # A 20 MB block, allocated, written and freed three times: the page faults of each round.
 PROBE = """
 import ctypes, resource, sys
-from seq2seq.allocator import keep_freed_memory
+from seq2seq.core.memory import keep_freed_memory
 if sys.argv[1] == "keep":
     assert keep_freed_memory()
 libc = ctypes.CDLL("libc.so.6")
@@ -56,7 +56,7 @@ def test_a_freed_block_is_reused_without_new_page_faults():
 
 
 def test_training_starts_with_the_allocator_setting(monkeypatch):
-    import seq2seq.system as system
+    import seq2seq.train.module as system
 
     calls = []
     monkeypatch.setattr(system, "keep_freed_memory", lambda: calls.append(1) or True)

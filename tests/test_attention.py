@@ -7,8 +7,8 @@ import math
 import pytest
 import torch
 
-from seq2seq.attention import CrossAttention, KVCache, SelfAttention, attend
-from seq2seq.masks import (
+from seq2seq.model.attention import CrossAttention, KVCache, SelfAttention, attend
+from seq2seq.model.masks import (
     block_causal_mask,
     causal_mask,
     merge_masks,

@@ -1,4 +1,4 @@
-"""Checkpoint averaging and safe checkpoint reading (seq2seq/average.py, `seq2seq average`)."""
+"""Checkpoint averaging and safe checkpoint reading (seq2seq/train/checkpoints.py, `seq2seq average`)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ import torch
 from factories import make_model_dir
 from safetensors.torch import load_file
 
-from seq2seq.average import (
+from seq2seq.cli import main
+from seq2seq.model.directory import load_model_dir, state_dict_for_saving
+from seq2seq.train.checkpoints import (
     CheckpointError,
     average_checkpoints,
     checkpoints_to_average,
     periodic_checkpoints,
     read_checkpoint,
 )
-from seq2seq.cli import main
-from seq2seq.modeldir import load_model_dir, state_dict_for_saving
 
 
 def _save(path: Path, tensors: dict[str, torch.Tensor], **extra) -> Path:
@@ -194,12 +194,12 @@ def test_average_never_overwrites_without_force_and_writes_atomically(
     out = tmp_path / "avg"
     assert main(["average", str(run), "-n", "2", "--out", str(out)]) == 0
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    import seq2seq.modeldir
+    import seq2seq.model.directory
 
     def broken(*args, **kwargs):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(seq2seq.modeldir, "write_manifest", broken)
+    monkeypatch.setattr(seq2seq.model.directory, "write_manifest", broken)
     with pytest.raises(OSError):
         main(["average", str(run), "-n", "3", "--out", str(out), "--force"])
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -7,11 +7,11 @@ import math
 import pytorch_lightning as pl
 import torch
 
-import seq2seq.system as system
-from seq2seq.config import load_config
-from seq2seq.data import collate
-from seq2seq.loss import label_smoothed_nll, projected_label_smoothed_nll
-from seq2seq.system import TranslationModule
+import seq2seq.train.module as system
+from seq2seq.config.experiment import load_config
+from seq2seq.data.parallel import collate
+from seq2seq.model.loss import label_smoothed_nll, projected_label_smoothed_nll
+from seq2seq.train.module import TranslationModule
 
 TINY = [
     "model.d_model=32",
@@ -141,7 +141,7 @@ def _bf16_casts(module: TranslationModule, src: torch.Tensor) -> tuple[list[str]
 
 
 def test_validation_search_runs_in_float32_under_autocast():
-    from seq2seq.tokenizer import EOS_ID
+    from seq2seq.data.tokenizer import EOS_ID
 
     cfg = load_config(None, [*TINY, "training.val_method=greedy", "decoding.max_len_b=12"])
     torch.manual_seed(0)
@@ -160,6 +160,6 @@ def test_validation_search_runs_in_float32_under_autocast():
 
 def test_bf16_mixed_with_clipping_trains():
     # Lightning's mixed precision plugin refuses to clip for a fused AdamW: the module must
-    # not build one then (seq2seq/system.py _adamw).
+    # not build one then (seq2seq/train/module.py _adamw).
     module, loss = _one_update("bf16-mixed", "training.clip_norm=1.0")
     assert math.isfinite(loss) and not module.trainer.optimizers[0].defaults["fused"]

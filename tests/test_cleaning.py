@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.cleaning import Cleaner, CleaningReport, CleaningRules
-from seq2seq.config import DataConfig
-from seq2seq.data import TokenStore, build_store, iter_parallel
-from seq2seq.errors import UserError
-from seq2seq.tokenizer import train_tokenizer
+from seq2seq.config.experiment import DataConfig
+from seq2seq.core.errors import UserError
+from seq2seq.data.cleaning import Cleaner, CleaningReport, CleaningRules
+from seq2seq.data.parallel import TokenStore, build_store, iter_parallel
+from seq2seq.data.tokenizer import train_tokenizer
 
 
 def _files(tmp_path: Path, pairs: list[tuple[str, str]]) -> tuple[Path, Path]:

@@ -81,7 +81,7 @@ def test_version_and_every_config_named_in_help_exists():
     from pathlib import Path
 
     from seq2seq import __version__
-    from seq2seq.cli import build_parser
+    from seq2seq.cli.command import build_parser
 
     r = run_cli("--version")
     assert r.returncode == 0 and r.stdout.decode().strip() == f"seq2seq {__version__}"

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 import yaml
 
-from seq2seq.config import (
+from seq2seq.config.experiment import (
     ConfigError,
     ExperimentConfig,
     apply_overrides,
@@ -259,7 +259,7 @@ def test_a_duplicate_key_inside_a_section_is_an_error(tmp_path):
 
 
 def test_yaml_merge_keys_are_not_duplicates(tmp_path):
-    from seq2seq.config import _read_yaml
+    from seq2seq.config.experiment import _read_yaml
 
     path = tmp_path / "x.yaml"
     path.write_text(

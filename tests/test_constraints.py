@@ -1,4 +1,4 @@
-"""Constrained search (seq2seq/constraints.py through seq2seq/search.py) on scripted models.
+"""Constrained search (seq2seq/decode/constraints.py through seq2seq/decode/search.py) on scripted models.
 
 The fake model's distribution is a pure function of (sentence, generated tokens), as in
 tests/test_search.py; its state records the tokens consumed so far, and a step may consume
@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from seq2seq import search as search_module
-from seq2seq.constraints import Constraints, ConstraintState, Terminology, allocate
-from seq2seq.errors import UserError
-from seq2seq.search import Hypothesis, beam_search, greedy_search, sample
+from seq2seq.core.errors import UserError
+from seq2seq.decode.constraints import Constraints, ConstraintState, Terminology, allocate
+from seq2seq.decode.search import Hypothesis, beam_search, greedy_search, sample
 
 PAD, BOS, EOS, UNK, A, B, C, D = range(8)
 SPECIAL = {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD}

@@ -1,4 +1,4 @@
-"""Continuous batching (seq2seq.continuous): sentences that join a running beam search at any
+"""Continuous batching (seq2seq.decode.continuous): sentences that join a running beam search at any
 step get exactly the hypotheses a static beam search gives them."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 import torch
 from factories import WORDS, make_model_dir
 
-from seq2seq.continuous import ContinuousSearch, supports
-from seq2seq.decoding import SearchOptions, max_target_lens
-from seq2seq.translate import Translator
+from seq2seq.decode.continuous import ContinuousSearch, supports
+from seq2seq.decode.options import SearchOptions, max_target_lens
+from seq2seq.decode.translator import Translator
 
 
 def _sentences(n: int, seed: int) -> list[str]:

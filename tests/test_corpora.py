@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from seq2seq.cli import main
-from seq2seq.corpora import (
+from seq2seq.core.errors import UserError
+from seq2seq.data.corpora import (
     ChecksumError,
     Corpus,
     NotAvailableError,
@@ -31,8 +32,7 @@ from seq2seq.corpora import (
     list_corpora,
     prepare_corpus,
 )
-from seq2seq.data import count_lines
-from seq2seq.errors import UserError
+from seq2seq.data.parallel import count_lines
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.corpora import Corpus, get_corpus, prepare_corpus
+from seq2seq.data.corpora import Corpus, get_corpus, prepare_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -625,7 +625,7 @@ def test_multi30k_unmirrored_test_sets_in_the_upstream_layout(tmp_path, split, v
             files[f"multi30k/data/task1/tok/{split}.lc.norm.tok.{lang}"] = text.lower()
     _write(tmp_path / "root", files)
     # the registry has the real upstream sums: the fixture must be refused by them...
-    from seq2seq.corpora import ChecksumError
+    from seq2seq.data.corpora import ChecksumError
 
     with pytest.raises(ChecksumError, match="expected sha256"):
         prepare_corpus(

@@ -1,4 +1,4 @@
-"""seq2seq.cpu_memory: freed blocks are reused instead of faulted in again."""
+"""seq2seq.core.cpu_memory: freed blocks are reused instead of faulted in again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 PROBE = """
 import resource, sys, torch
-from seq2seq.cpu_memory import keep_freed_memory
+from seq2seq.core.cpu_memory import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else None
 # 48 MB: a beam step's (N, V) log-probs, 1,500 rows x 8,000 pieces. glibc maps blocks above
 # 32 MB anew each time by default; its heap takes a few rounds to settle.
@@ -42,7 +42,7 @@ def test_freed_blocks_are_reused_without_page_faults():
 
 
 def test_a_second_call_keeps_the_setting():
-    from seq2seq.cpu_memory import keep_freed_memory
+    from seq2seq.core.cpu_memory import keep_freed_memory
 
     first = keep_freed_memory()
     assert keep_freed_memory(1 << 20) is first  # a smaller request changes nothing

@@ -16,8 +16,9 @@ import torch
 from pytorch_lightning.utilities import move_data_to_device
 from torch.utils.data import DataLoader
 
-from seq2seq.corpora import prepare_corpus
-from seq2seq.data import (
+from seq2seq.core.errors import UserError
+from seq2seq.data.corpora import prepare_corpus
+from seq2seq.data.parallel import (
     Batch,
     ReadStats,
     TokenBucketSampler,
@@ -28,8 +29,7 @@ from seq2seq.data import (
     iter_parallel,
     read_parallel,
 )
-from seq2seq.errors import UserError
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 WORDS = "the a man woman dog cat runs walks red blue small big house street park ball".split()
 

@@ -9,11 +9,11 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from seq2seq.config import DataConfig, ExperimentConfig
-from seq2seq.data import Batch
-from seq2seq.datamodule import TranslationDataModule
-from seq2seq.errors import UserError
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
+from seq2seq.config.experiment import DataConfig, ExperimentConfig
+from seq2seq.core.errors import UserError
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.parallel import Batch
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 MAX_TOKENS = 600
 

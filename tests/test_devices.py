@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from seq2seq.cli import main
-from seq2seq.devices import check_accelerator, check_device
-from seq2seq.errors import UserError
+from seq2seq.core.devices import check_accelerator, check_device
+from seq2seq.core.errors import UserError
 
 NO_CUDA = not torch.cuda.is_available()
 

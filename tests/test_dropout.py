@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seq2seq.layers import Dropout, dropout
+from seq2seq.model.layers import Dropout, dropout
 
 
 @pytest.mark.parametrize("p", [0.1, 0.3, 0.5])

@@ -10,11 +10,11 @@ import torch
 from factories import make_model_dir, perturbed_copy
 
 from seq2seq.cli import main
-from seq2seq.decoding import StepDecoder
-from seq2seq.ensemble import Ensemble, combine_log_probs
-from seq2seq.errors import UserError
-from seq2seq.search import beam_search, greedy_search
-from seq2seq.translate import Translator
+from seq2seq.core.errors import UserError
+from seq2seq.decode.ensemble import Ensemble, combine_log_probs
+from seq2seq.decode.options import StepDecoder
+from seq2seq.decode.search import beam_search, greedy_search
+from seq2seq.decode.translator import Translator
 
 SENTENCES = [
     "Big red",

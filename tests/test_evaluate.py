@@ -12,9 +12,9 @@ import pytest
 from factories import make_model_dir, synthetic_pairs
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from seq2seq.errors import UserError
-from seq2seq.evaluate import evaluate
-from seq2seq.metrics import moses_lc
+from seq2seq.core.errors import UserError
+from seq2seq.evaluate.evaluation import evaluate
+from seq2seq.evaluate.metrics import moses_lc
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,11 +16,11 @@ import torch
 from factories import make_model_dir, synthetic_pairs
 
 from seq2seq.cli import main
-from seq2seq.engines import CTranslate2Engine, OnnxEngine
-from seq2seq.errors import UserError
-from seq2seq.export import ExportError, export_ctranslate2, export_model, export_onnx
-from seq2seq.modeldir import load_model_dir
-from seq2seq.translate import SearchOptions, Translator
+from seq2seq.core.errors import UserError
+from seq2seq.decode.engines import CTranslate2Engine, OnnxEngine
+from seq2seq.decode.translator import SearchOptions, Translator
+from seq2seq.export.exporter import ExportError, export_ctranslate2, export_model, export_onnx
+from seq2seq.model.directory import load_model_dir
 
 pytest.importorskip("ctranslate2")
 pytest.importorskip("onnxruntime")
@@ -76,8 +76,8 @@ def test_greedy_output_is_token_identical_on_every_engine(exported, variant):
         hyps = _search(dirs[engine], engine, greedy)
         assert [h[0].tokens for h in hyps] == tokens, engine
         for ref, got in zip(reference, hyps):
-            # ONNX runs seq2seq.search: the same scores. CTranslate2 renormalizes without EOS
-            # at the min_len step (documented in seq2seq/engines.py): slightly higher scores.
+            # ONNX runs seq2seq.decode.search: the same scores. CTranslate2 renormalizes without EOS
+            # at the min_len step (documented in seq2seq/decode/engines.py): slightly higher scores.
             if engine == "onnx":
                 assert got[0].score == pytest.approx(ref[0].score, abs=1e-4)
             else:
@@ -337,7 +337,7 @@ def test_export_json_checks_itself(exported, tmp_path, edit, expected):
 
 
 def test_export_without_a_files_list_is_refused_even_with_a_fresh_checksum(exported, tmp_path):
-    from seq2seq.export import _content_sha256
+    from seq2seq.export.exporter import _content_sha256
 
     folder = shutil.copytree(exported["prenorm-shared-sinusoidal"]["ctranslate2"], tmp_path / "c")
     info = json.loads((folder / "export.json").read_text(encoding="utf-8"))
@@ -351,7 +351,7 @@ def test_export_without_a_files_list_is_refused_even_with_a_fresh_checksum(expor
 def test_a_killed_exports_hidden_folder_is_removed_by_the_next_export(tmp_path):
     import socket
 
-    from seq2seq.files import atomic_dir
+    from seq2seq.core.files import atomic_dir
 
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],

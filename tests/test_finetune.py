@@ -12,12 +12,12 @@ import torch
 from factories import WORDS, make_model_dir
 
 from seq2seq.cli import main
-from seq2seq.config import ConfigError, dump_config, load_config
-from seq2seq.datamodule import TranslationDataModule
-from seq2seq.finetune import read_parent
-from seq2seq.modeldir import ModelDirError, load_model_dir, verify_model_dir
-from seq2seq.system import TranslationModule
-from seq2seq.train import resolve_config, train
+from seq2seq.config.experiment import ConfigError, dump_config, load_config
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.model.directory import ModelDirError, load_model_dir, verify_model_dir
+from seq2seq.train.finetune import read_parent
+from seq2seq.train.module import TranslationModule
+from seq2seq.train.trainer import resolve_config, train
 
 
 def write_corpus(directory: Path, *, seed: int = 5) -> Path:

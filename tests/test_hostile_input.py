@@ -25,12 +25,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seq2seq.cli import main
-from seq2seq.config import ConfigError, ExperimentConfig, load_config
-from seq2seq.data import iter_parallel, read_parallel
-from seq2seq.errors import UserError
-from seq2seq.search import Hypothesis
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from seq2seq.translate import (
+from seq2seq.config.experiment import ConfigError, ExperimentConfig, load_config
+from seq2seq.core.errors import UserError
+from seq2seq.data.parallel import iter_parallel, read_parallel
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
+from seq2seq.decode.search import Hypothesis
+from seq2seq.decode.translator import (
     LineReader,
     SearchOptions,
     Translator,
@@ -156,7 +156,7 @@ def test_prepare_copies_hostile_corpus_files_line_for_line(tmp_path: Path) -> No
     """`seq2seq prepare`: lines are counted and parts joined on \\n only, bytes kept as they are."""
     import hashlib
 
-    from seq2seq.corpora import Corpus, Part, RemoteFile, prepare_corpus
+    from seq2seq.data.corpora import Corpus, Part, RemoteFile, prepare_corpus
 
     n = len(HOSTILE_LINES)
     blobs = {

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.loss import (
+from seq2seq.model.loss import (
     LossOutput,
     _ProjectedSmoothedNLL,
     label_smoothed_nll,

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from seq2seq.attention import attend
-from seq2seq.masks import (
+from seq2seq.model.attention import attend
+from seq2seq.model.masks import (
     attention_mask_from_pad,
     block_causal_mask,
     causal_mask,

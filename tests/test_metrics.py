@@ -1,4 +1,4 @@
-"""seq2seq.metrics against sacreBLEU called directly."""
+"""seq2seq.evaluate.metrics against sacreBLEU called directly."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import sacrebleu
 from sacrebleu.metrics import BLEU, CHRF, TER
 
-from seq2seq.metrics import format_scores, moses_lc, score_corpus
+from seq2seq.evaluate.metrics import format_scores, moses_lc, score_corpus
 
 HYPS = [
     "A man in a blue shirt is standing on a ladder.",

@@ -9,10 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.config import ModelConfig
-from seq2seq.layers import FeedForward, PositionalEncoding, sinusoidal_table
-from seq2seq.loss import label_smoothed_nll
-from seq2seq.model import Seq2SeqTransformer, build_model
+from seq2seq.config.experiment import ModelConfig
+from seq2seq.model.layers import FeedForward, PositionalEncoding, sinusoidal_table
+from seq2seq.model.loss import label_smoothed_nll
+from seq2seq.model.transformer import Seq2SeqTransformer, build_model
 
 PAD, BOS, EOS = 0, 2, 3
 V = 20

@@ -16,9 +16,9 @@ import torch
 from factories import make_model_dir
 
 from seq2seq.cli import main
-from seq2seq.config import load_config
-from seq2seq.files import sha256_file
-from seq2seq.modeldir import (
+from seq2seq.config.experiment import load_config
+from seq2seq.core.files import sha256_file
+from seq2seq.model.directory import (
     FORMAT_NAME,
     FORMAT_VERSION,
     ModelDirError,
@@ -104,8 +104,8 @@ def test_save_and_load_round_trip_gives_the_same_model(model_dir: Path, tmp_path
 
 
 def test_state_dict_for_saving_works_on_the_meta_device(model_dir: Path) -> None:
-    from seq2seq.model import build_model
-    from seq2seq.modeldir import _unique_state
+    from seq2seq.model.directory import _unique_state
+    from seq2seq.model.transformer import build_model
 
     cfg = load_config(model_dir / "config.yaml")
     real = build_model(cfg.model, src_vocab_size=100, tgt_vocab_size=100, pad_id=0)
@@ -252,11 +252,11 @@ def test_a_config_that_does_not_fit_the_weights_allocates_nothing(
     model_dir: Path, monkeypatch
 ) -> None:
     """A huge d_model in the config is found from the safetensors header, on the meta device."""
-    import seq2seq.modeldir as modeldir
+    import seq2seq.model.directory as modeldir
 
     config = model_dir / "config.yaml"
     cfg = load_config(config, ["model.d_model=65536", "model.n_heads=2"])
-    from seq2seq.config import dump_config
+    from seq2seq.config.experiment import dump_config
 
     config.write_text(dump_config(cfg), encoding="utf-8")
     write_manifest(model_dir)
@@ -319,10 +319,10 @@ def _forbid_unpickling(monkeypatch) -> None:
 def test_translate_evaluate_plot_and_export_never_unpickle(
     model_dir: Path, tmp_path: Path, monkeypatch
 ) -> None:
-    from seq2seq.evaluate import evaluate
-    from seq2seq.export import export_model
-    from seq2seq.plots import attention_maps
-    from seq2seq.translate import Translator
+    from seq2seq.decode.translator import Translator
+    from seq2seq.evaluate.evaluation import evaluate
+    from seq2seq.evaluate.plots import attention_maps
+    from seq2seq.export.exporter import export_model
 
     src, ref = tmp_path / "t.src", tmp_path / "t.ref"
     src.write_text("a man\nthe dog runs\n", encoding="utf-8")

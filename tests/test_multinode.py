@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from test_train import overrides, write_copy_corpus
 
-from seq2seq.config import dump_config, load_config
-from seq2seq.files import exclusive
-from seq2seq.modeldir import load_model_dir
+from seq2seq.config.experiment import dump_config, load_config
+from seq2seq.core.files import exclusive
+from seq2seq.model.directory import load_model_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -32,8 +32,8 @@ RUNNER = textwrap.dedent(
     from pathlib import Path
 
     from seq2seq import datamodule, system
-    from seq2seq.config import load_config
-    from seq2seq.train import train
+    from seq2seq.config.experiment import load_config
+    from seq2seq.train.trainer import train
 
     out = Path(sys.argv[1])
     real_batch = system.TranslationModule.on_train_batch_start

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.config import ExperimentConfig, load_config
-from seq2seq.data import count_lines, split_tsv
-from seq2seq.datamodule import TranslationDataModule
-from seq2seq.errors import UserError
-from seq2seq.tokenizer import Tokenizer, trained_options
+from seq2seq.config.experiment import ExperimentConfig, load_config
+from seq2seq.core.errors import UserError
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.parallel import count_lines, split_tsv
+from seq2seq.data.tokenizer import Tokenizer, trained_options
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS_EN = "the a man woman dog cat runs walks red blue small big house street".split()

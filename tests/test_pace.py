@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from seq2seq.config import ConfigError, load_config
-from seq2seq.pace import PaceWatch, format_minutes
-from seq2seq.system import check_training_config
+from seq2seq.config.experiment import ConfigError, load_config
+from seq2seq.train.module import check_training_config
+from seq2seq.train.pace_watch import PaceWatch, format_minutes
 
 REPO = Path(__file__).resolve().parents[1]
 

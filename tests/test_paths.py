@@ -1,4 +1,4 @@
-"""Every subcommand checks its inputs and outputs before any work (seq2seq/paths.py): an output
+"""Every subcommand checks its inputs and outputs before any work (seq2seq/core/paths.py): an output
 that is a folder, lies under a file or is the input, an input that is missing, a folder or
 unreadable is one line naming the path and what is wrong, exit 2, and nothing is written."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from factories import make_model_dir
 
-import seq2seq.paths
+import seq2seq.core.paths
 from seq2seq.cli import main
-from seq2seq.paths import PathError, check_paths
+from seq2seq.core.paths import PathError, check_paths
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ def test_an_unreadable_training_file_is_named_before_any_work(tmp_path, capsys, 
             return False
         return real_access(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(seq2seq.paths.os, "access", access)
+    monkeypatch.setattr(seq2seq.core.paths.os, "access", access)
     out = tmp_path / "run"
     overrides = [
         "data.corpus=files",
@@ -250,7 +250,7 @@ def test_an_unwritable_output_folder_is_named(tmp_path, monkeypatch):
             return False
         return real_access(path, mode, *args, **kwargs)
 
-    monkeypatch.setattr(seq2seq.paths.os, "access", access)
+    monkeypatch.setattr(seq2seq.core.paths.os, "access", access)
     with pytest.raises(
         PathError, match=f"-o {locked}/out.txt cannot be written: {locked} is not writable"
     ):

@@ -1,4 +1,4 @@
-"""seq2seq/plots.py and `seq2seq plot`: masks and attention drawn as PNGs of the asked size."""
+"""seq2seq/evaluate/plots.py and `seq2seq plot`: masks and attention drawn as PNGs of the asked size."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from matplotlib.colors import to_rgb
 from PIL import Image
 
 from seq2seq.cli import main
-from seq2seq.errors import UserError
-from seq2seq.masks import block_causal_mask, causal_mask, sliding_window_mask
-from seq2seq.plots import (
+from seq2seq.core.errors import UserError
+from seq2seq.evaluate.plots import (
     ALLOWED_COLOUR,
     ATTENTION_CMAP,
     HIDDEN_COLOUR,
@@ -30,6 +29,7 @@ from seq2seq.plots import (
     plot_attention,
     plot_mask,
 )
+from seq2seq.model.masks import block_causal_mask, causal_mask, sliding_window_mask
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -206,7 +206,7 @@ def test_cli_plot_mask_errors_are_one_line_exit_2(tmp_path, capsys):
 def loaded(tmp_path_factory):
     from factories import make_model_dir
 
-    from seq2seq.modeldir import load_model_dir
+    from seq2seq.model.directory import load_model_dir
 
     path = make_model_dir(
         tmp_path_factory.mktemp("plots") / "model",
@@ -247,7 +247,7 @@ def test_greedy_attention_maps_are_masked_and_normalized(loaded, greedy):
     n_layers = len(loaded.model.decoder.layers)
     assert greedy.decoder_layer == n_layers - 1 and greedy.head is None
     # the plotted translation is the one `seq2seq translate` finds with greedy search
-    from seq2seq.translate import Translator
+    from seq2seq.decode.translator import Translator
 
     translator = Translator.load(loaded.path, method="greedy")
     assert greedy.translation == translator.translate([TEXT])[0]

@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from seq2seq.config import load_config
-from seq2seq.precision import bf16_speedup, cpu_flags, resolve_precision
-from seq2seq.system import check_training_config
+from seq2seq.config.experiment import load_config
+from seq2seq.train.module import check_training_config
+from seq2seq.train.precision import bf16_speedup, cpu_flags, resolve_precision
 
 
 def FORWARD():  # the probe's forward (the fakes never call it)
@@ -89,7 +89,7 @@ def test_the_probe_times_the_training_step_in_both_precisions():
 
 
 def test_the_probe_is_the_configured_models_training_step():
-    from seq2seq.train import _probe_forward
+    from seq2seq.train.trainer import _probe_forward
 
     cfg = load_config(None, ["model.d_model=32", "model.n_heads=2", "model.d_ff=64",
                              "model.n_encoder_layers=1", "model.n_decoder_layers=1",
@@ -105,9 +105,9 @@ def test_the_probe_cycles_through_batch_shapes(monkeypatch):
     """Training's batches vary in shape and bf16's speed with them: each call of the probe's
     forward is another sentence length (about data.max_tokens tokens each), and one round of
     bf16_speedup covers every shape once."""
-    from seq2seq.precision import PROBE_SHAPES
-    from seq2seq.system import TranslationModule
-    from seq2seq.train import _probe_forward
+    from seq2seq.train.module import TranslationModule
+    from seq2seq.train.precision import PROBE_SHAPES
+    from seq2seq.train.trainer import _probe_forward
 
     shapes = []
     real = TranslationModule.compute_loss

@@ -141,7 +141,7 @@ def test_recipe_offline_without_the_files_says_what_is_missing(tmp_path) -> None
 
 
 def test_examples_match_the_text_the_model_was_trained_on() -> None:
-    from seq2seq.recipe import example_sentences
+    from seq2seq.cli.recipe import example_sentences
 
     raw = example_sentences("en", tokenized_lc=False)
     assert raw[0] == "A man in a blue shirt is riding a bicycle."

@@ -10,9 +10,9 @@ import pytest
 from factories import make_model_dir, perturbed_copy
 
 from seq2seq.cli import main
-from seq2seq.scoring import Scorer
-from seq2seq.tokenizer import EOS_ID
-from seq2seq.translate import Translator
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decode.scoring import Scorer
+from seq2seq.decode.translator import Translator
 
 SENTENCES = [
     "Big red",

@@ -1,4 +1,4 @@
-"""Tests for seq2seq/search.py with hand-written step functions (no model).
+"""Tests for seq2seq/decode/search.py with hand-written step functions (no model).
 
 The fake model's distribution is a pure function of (sentence id, generated prefix), looked up
 from a table or drawn from a seeded hash, so every expected score below is plain arithmetic.
@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from seq2seq import search as search_module
-from seq2seq.errors import UserError
-from seq2seq.search import Hypothesis, beam_search, greedy_search, sample
+from seq2seq.core.errors import UserError
+from seq2seq.decode.search import Hypothesis, beam_search, greedy_search, sample
 
 PAD, BOS, EOS, UNK, A, B, C, D = range(8)
 V = 8

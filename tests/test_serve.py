@@ -1,4 +1,4 @@
-"""seq2seq.serve: the HTTP API (LibreTranslate-compatible and native) on a tiny real model.
+"""seq2seq.serve.server: the HTTP API (LibreTranslate-compatible and native) on a tiny real model.
 
 Requests go through httpx to the ASGI app (inside its lifespan, so the real batcher and its
 worker thread run); every translation is checked against the same model translating the same
@@ -18,12 +18,12 @@ import httpx
 import pytest
 from factories import make_model_dir
 
-from seq2seq.alignments import format_alignment
-from seq2seq.batcher import engine_thread
-from seq2seq.errors import UserError
-from seq2seq.paragraphs import split_text
-from seq2seq.serve import ServeConfig, create_app, load_translator, model_info
-from seq2seq.translate import Translator
+from seq2seq.core.errors import UserError
+from seq2seq.decode.alignments import format_alignment
+from seq2seq.decode.translator import Translator
+from seq2seq.serve.batcher import engine_thread
+from seq2seq.serve.paragraphs import split_text
+from seq2seq.serve.server import ServeConfig, create_app, load_translator, model_info
 
 SENTENCES = [
     "A man runs in the park.",
@@ -334,8 +334,8 @@ def test_health_and_models(model_dir):
 
 
 def test_attention_matches_the_plot_command(model_dir, reference):
-    from seq2seq.modeldir import load_model_dir
-    from seq2seq.plots import attention_maps
+    from seq2seq.evaluate.plots import attention_maps
+    from seq2seq.model.directory import load_model_dir
 
     text = f"{SENTENCES[0]} {SENTENCES[1]}"
 
@@ -602,7 +602,7 @@ def test_requests_with_different_options_at_once(model_dir, reference):
 
 
 def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
-    from seq2seq.export import export_model
+    from seq2seq.export.exporter import export_model
 
     folder = export_model(model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
     translator = Translator.load(folder, engine="ctranslate2", method="greedy")
@@ -643,7 +643,7 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
 
 
 def test_an_onnx_engine_refuses_alignments_before_queueing(model_dir, tmp_path):
-    from seq2seq.export import export_model
+    from seq2seq.export.exporter import export_model
 
     folder = export_model(model_dir, tmp_path / "onnx", fmt="onnx")
     translator = Translator.load(folder, engine="onnx", method="greedy")
@@ -672,7 +672,7 @@ def test_an_onnx_engine_refuses_alignments_before_queueing(model_dir, tmp_path):
     assert good.json()["translations"][0]["text"] == translator.translate(SENTENCES[:1])[0]
 
 
-# ---- constrained decoding (seq2seq/constraints.py) --------------------------------------------
+# ---- constrained decoding (seq2seq/decode/constraints.py) --------------------------------------------
 
 
 def test_native_translate_takes_prefix_constraints_and_avoid_per_text(model_dir, reference):

@@ -1,4 +1,4 @@
-"""seq2seq.batcher: every result goes back to its own request, in order, whatever the batching.
+"""seq2seq.serve.batcher: every result goes back to its own request, in order, whatever the batching.
 
 The batcher is driven here with a scripted translate function (it records each batch and
 returns a transformation of each sentence that names the sentence), so every check is exact
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from seq2seq.batcher import Batcher, BatcherClosed, EngineFailure
+from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 
 
 class Script:

@@ -6,14 +6,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import seq2seq.attention as attention
-from seq2seq.attention import SelfAttention
-from seq2seq.config import load_config
-from seq2seq.data import collate
-from seq2seq.layers import FeedForward
-from seq2seq.loss import label_smoothed_nll, projected_label_smoothed_nll
-from seq2seq.shape_buckets import bucket_rows, bucketed, cpu_bf16
-from seq2seq.system import TranslationModule
+import seq2seq.model.attention as attention
+from seq2seq.config.experiment import load_config
+from seq2seq.data.parallel import collate
+from seq2seq.model.attention import SelfAttention
+from seq2seq.model.layers import FeedForward
+from seq2seq.model.loss import label_smoothed_nll, projected_label_smoothed_nll
+from seq2seq.model.shape_buckets import bucket_rows, bucketed, cpu_bf16
+from seq2seq.train.module import TranslationModule
 
 
 def bf16_autocast():
@@ -154,7 +154,7 @@ def test_the_bf16_loss_drops_its_padding_rows():
 
 def test_each_lever_switches_off_on_its_own(monkeypatch):
     # the benchmark's ablation (train_throughput --impls ours-bf16-rows,...) relies on this
-    import seq2seq.shape_buckets as shape_buckets
+    import seq2seq.model.shape_buckets as shape_buckets
 
     layer = nn.Linear(8, 4)
     x = torch.randn(21, 8)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from test_train import overrides, write_copy_corpus
 
-from seq2seq.average import periodic_checkpoints
-from seq2seq.config import dump_config, load_config
-from seq2seq.signals import Stopped, exit_status, raise_on_sigterm
+from seq2seq.config.experiment import dump_config, load_config
+from seq2seq.core.signals import Stopped, exit_status, raise_on_sigterm
+from seq2seq.train.checkpoints import periodic_checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -160,7 +160,7 @@ def test_sigterm_during_translate_keeps_the_partial_and_says_resume(tmp_path):
 def test_a_signal_while_sentencepiece_reads_stays_a_signal(tmp_path, monkeypatch, signal_exception):
     """SentencePiece runs the sentence iterator from C++ and would turn the KeyboardInterrupt
     (or the SIGTERM's Stopped) raised in it into 'SentencePiece training failed' (exit 2)."""
-    import seq2seq.tokenizer as tokenizer
+    import seq2seq.data.tokenizer as tokenizer
 
     def sentences(path):
         yield from ("alpha beta", "gamma delta") * 50

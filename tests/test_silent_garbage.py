@@ -10,9 +10,9 @@ from factories import make_model_dir
 from safetensors.torch import load_file, save_file
 
 from seq2seq.cli import main
-from seq2seq.errors import UserError
-from seq2seq.modeldir import ModelDirError, load_model_dir, write_manifest
-from seq2seq.translate import SearchOptions, Translator
+from seq2seq.core.errors import UserError
+from seq2seq.decode.translator import SearchOptions, Translator
+from seq2seq.model.directory import ModelDirError, load_model_dir, write_manifest
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,7 @@ def test_evaluating_blank_files_is_an_error(model_dir, tmp_path, capsys):
 
 
 def test_printable_escapes_control_characters_and_keeps_letters():
-    from seq2seq.terminal import printable
+    from seq2seq.core.terminal import printable
 
     assert printable("Zwei Hunde spielen im Schnee. 🙂 é") == "Zwei Hunde spielen im Schnee. 🙂 é"
     assert printable("a\x1b[2Jb\x07c\rd\te\u202ef\x00") == "a\\x1b[2Jb\\x07c\\rd\\te\\u202ef\\x00"

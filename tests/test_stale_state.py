@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from factories import make_model_dir
 
-from seq2seq.config import load_config
-from seq2seq.datamodule import TranslationDataModule
-from seq2seq.errors import UserError
-from seq2seq.modeldir import load_model_dir
-from seq2seq.tokenizer import train_tokenizer
-from seq2seq.train import _write_config
+from seq2seq.config.experiment import load_config
+from seq2seq.core.errors import UserError
+from seq2seq.data.datamodule import TranslationDataModule
+from seq2seq.data.tokenizer import train_tokenizer
+from seq2seq.model.directory import load_model_dir
+from seq2seq.train.trainer import _write_config
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta".split()
 

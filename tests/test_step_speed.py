@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from seq2seq.config import load_config
-from seq2seq.system import TranslationModule
+from seq2seq.config.experiment import load_config
+from seq2seq.train.module import TranslationModule
 
 TINY = [
     "model.d_model=32",

@@ -9,13 +9,13 @@ import pytest
 import torch
 from factories import make_model_dir, synthetic_pairs
 
-from seq2seq.config import ConfigError, config_from_dict, load_config
-from seq2seq.errors import UserError
-from seq2seq.loss import label_smoothed_nll
-from seq2seq.modeldir import load_model_dir
-from seq2seq.system import TranslationModule, check_training_config, lr_factor, monitor_mode
-from seq2seq.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from seq2seq.translate import Translator
+from seq2seq.config.experiment import ConfigError, config_from_dict, load_config
+from seq2seq.core.errors import UserError
+from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from seq2seq.decode.translator import Translator
+from seq2seq.model.directory import load_model_dir
+from seq2seq.model.loss import label_smoothed_nll
+from seq2seq.train.module import TranslationModule, check_training_config, lr_factor, monitor_mode
 
 TINY = [
     "model.d_model=32",

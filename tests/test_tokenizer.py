@@ -9,8 +9,8 @@ import random
 import pytest
 import sentencepiece as spm
 
-from seq2seq.errors import UserError
-from seq2seq.tokenizer import (
+from seq2seq.core.errors import UserError
+from seq2seq.data.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,

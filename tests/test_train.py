@@ -19,13 +19,13 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from seq2seq.average import CheckpointError, average_checkpoints, read_checkpoint
 from seq2seq.cli import main
-from seq2seq.config import dump_config, load_config
-from seq2seq.modeldir import load_model_dir, state_dict_for_saving
-from seq2seq.system import TrainingDiverged, TranslationModule, lr_factor
-from seq2seq.train import AtomicCheckpointIO, train
-from seq2seq.translate import Translator
+from seq2seq.config.experiment import dump_config, load_config
+from seq2seq.decode.translator import Translator
+from seq2seq.model.directory import load_model_dir, state_dict_for_saving
+from seq2seq.train.checkpoints import CheckpointError, average_checkpoints, read_checkpoint
+from seq2seq.train.module import TrainingDiverged, TranslationModule, lr_factor
+from seq2seq.train.trainer import AtomicCheckpointIO, train
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
@@ -109,7 +109,7 @@ def test_tiny_model_learns_to_copy(tmp_path, capsys):
             max_steps=300,
             val_every_steps=100,
             log_every_steps=10,
-            expected_step_s=0.0002,  # 0.2 ms per update: surely slower (seq2seq/pace.py)
+            expected_step_s=0.0002,  # 0.2 ms per update: surely slower (seq2seq/train/pace_watch.py)
         )
         + ["model.d_model=64", "model.n_heads=4", "model.d_ff=128", "model.dropout=0.0"]
         + ["data.max_tokens=600"],
@@ -391,8 +391,8 @@ DDP_RUNNER = textwrap.dedent(
     from pathlib import Path
 
     from seq2seq import system
-    from seq2seq.config import load_config
-    from seq2seq.train import train
+    from seq2seq.config.experiment import load_config
+    from seq2seq.train.trainer import train
 
     out = Path(sys.argv[1])
     real = system.TranslationModule.on_train_batch_start
@@ -514,12 +514,12 @@ def test_resume_from_an_unsafe_checkpoint_is_a_clear_error(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------------------------------------
-# training.precision auto (seq2seq/precision.py)
+# training.precision auto (seq2seq/train/precision.py)
 
 
 @pytest.mark.parametrize(("flags", "expected"), [({"avx2"}, "32"), ({"amx_bf16"}, "bf16-mixed")])
 def test_precision_auto_is_resolved_and_trains(tmp_path, monkeypatch, capsys, flags, expected):
-    import seq2seq.precision as precision
+    import seq2seq.train.precision as precision
 
     monkeypatch.setattr(precision, "cpu_flags", lambda: flags)
     monkeypatch.setattr(precision, "bf16_speedup", lambda forward: 2.0)

@@ -17,12 +17,12 @@ from factories import make_model_dir, synthetic_pairs
 
 from seq2seq import engines
 from seq2seq import search as search_module
-from seq2seq.config import DecodingConfig
-from seq2seq.decoding import SearchOptions, max_target_lens, reorder_state
-from seq2seq.engines import ENGINES
-from seq2seq.errors import UserError
-from seq2seq.tokenizer import EOS_ID
-from seq2seq.translate import (
+from seq2seq.config.experiment import DecodingConfig
+from seq2seq.core.errors import UserError
+from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decode.engines import ENGINES
+from seq2seq.decode.options import SearchOptions, max_target_lens, reorder_state
+from seq2seq.decode.translator import (
     LineReader,
     Translator,
     batch_by_tokens,

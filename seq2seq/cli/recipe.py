@@ -1,0 +1,227 @@
+"""A recipe: a public corpus to a tested, exported translator and its results lines.
+
+    prepare (download or mirror) -> SentencePiece -> train -> average the last checkpoints
+    -> evaluate on every available test split (BLEU, chrF, TER with signatures; a raw-text
+       model also Moses-tokenized and lowercased, comparable with papers' numbers)
+    -> export (CTranslate2) -> translate a few examples -> OUT/results.tsv
+
+The scripts under recipes/ call :func:`main` with their corpus' default config. Each stage
+writes its output under --out and is skipped when that output already exists, so a recipe
+run again continues where it stopped (training resumes from its last checkpoint). Offline,
+set SEQ2SEQ_MIRROR (or --mirror) to a local copy of the corpus' files. Every stage is one
+``seq2seq`` command, printed before it runs, so each can be rerun by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from seq2seq.cli.command import main as seq2seq
+from seq2seq.config import load_config
+from seq2seq.core import UserError
+from seq2seq.data import get_corpus, prepare_corpus
+from seq2seq.train import checkpoints_to_average
+
+__all__ = ["main"]
+
+EXAMPLES = {
+    "en": ["A man in a blue shirt is riding a bicycle.", "Two dogs are playing in the snow."],
+    "de": ["Ein Mann in einem blauen Hemd fährt Fahrrad.", "Zwei Hunde spielen im Schnee."],
+    "fr": ["Un homme en chemise bleue fait du vélo.", "Deux chiens jouent dans la neige."],
+    "cs": ["Muž v modré košili jede na kole.", "Dva psi si hrají ve sněhu."],
+}
+
+
+def example_sentences(lang: str, *, tokenized_lc: bool) -> list[str]:
+    """The sentences the recipe translates at the end, written the way the model reads them
+    (lowercased, final punctuation split off, for the lowercased tokenized variant)."""
+    examples = EXAMPLES.get(lang, EXAMPLES["en"])
+    if tokenized_lc:
+        return [re.sub(r"([.,!?])$", r" \1", line.lower()) for line in examples]
+    return examples
+
+
+class _StageFailed(Exception):
+    """A stage's `seq2seq` command failed (it has printed why); carries its exit status."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+def run(*argv: str) -> None:
+    """Run one `seq2seq` command in this process; stop the recipe if it fails."""
+    print(f"\n$ seq2seq {shlex.join(argv)}", flush=True)
+    status = seq2seq(list(argv))
+    if status:
+        raise _StageFailed(status)
+
+
+def main(
+    argv: list[str] | None = None,
+    *,
+    corpus: str,
+    default_config: str,
+    pairs: tuple[str, ...] | None = None,
+    doc: str | None = None,
+) -> int:
+    """Run the recipe for ``corpus``; returns the exit status (2 after a user error).
+
+    Args:
+        argv: command-line arguments (None: sys.argv[1:]).
+        corpus: the registered corpus this recipe is for (its configs must name it).
+        default_config: the config used without --config.
+        pairs: the directions offered by --pair (None: any; the default is the config's).
+        doc: the --help description (the calling script's docstring).
+    """
+    try:
+        _run(argv, corpus=corpus, default_config=default_config, pairs=pairs, doc=doc)
+    except UserError as e:
+        print(f"{corpus} recipe: error: {e}", file=sys.stderr)
+        return 2
+    except _StageFailed as e:
+        return e.status
+    return 0
+
+
+def _run(argv, *, corpus, default_config, pairs, doc) -> None:
+    parser = argparse.ArgumentParser(
+        description=doc or __doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", default=default_config, help=f"(default: {default_config})")
+    parser.add_argument("--pair", choices=pairs, help="direction (default: the config's)")
+    parser.add_argument("--out", default=f"runs/{corpus}", help=f"(default: runs/{corpus})")
+    parser.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
+    parser.add_argument("--no-export", action="store_true", help="skip the export stage")
+    parser.add_argument("overrides", nargs="*", metavar="key.sub=value")
+    args = parser.parse_intermixed_args(argv)
+
+    # ---- config: the YAML, the language pair, the user's overrides -------------------------
+    overrides = [*([f"data.pair={args.pair}"] if args.pair else []), *args.overrides]
+    cfg = load_config(args.config, overrides)
+    if cfg.data.corpus != corpus:
+        script = "own_files" if cfg.data.corpus == "files" else cfg.data.corpus
+        raise UserError(
+            f"{args.config} trains on {cfg.data.corpus}, not {corpus}; use recipes/{script}.py"
+        )
+    args.pair = cfg.data.pair
+    out = Path(args.out)
+    model_dir, averaged_dir = out / "model", out / "averaged"
+    src_lang, tgt_lang = args.pair.split("-")
+    # a model trained on tokenized lowercased text (Multi30K tok, IWSLT14 fairseq) is scored
+    # with --tokenized-lc; a raw-text one both detokenized and --moses-lc
+    tokenized_lc = corpus != "files" and cfg.data.variant in get_corpus(corpus).tokenized_variants
+    mirror = ["--mirror", args.mirror] if args.mirror else []
+
+    # ---- corpus: every split the source (internet or mirror) has --------------------------
+    corpus_dir = out / "corpus"
+    splits = {}
+    if corpus == "files":
+        # the user's files (line-aligned pairs or tab-separated): checked now, read by train
+        from seq2seq.data import TranslationDataModule
+
+        files_dm = TranslationDataModule(cfg, corpus_dir)
+        for split in (cfg.data.train_split, cfg.data.valid_split):
+            files_dm.split_files(split)  # a prefix must be set: a clear error now, not in train
+        for split in cfg.data.test_splits:
+            splits[split] = files_dm.test_files(split)
+    for split in () if corpus == "files" else (
+        cfg.data.train_split, cfg.data.valid_split, *cfg.data.test_splits
+    ):  # fmt: skip
+        try:
+            files = prepare_corpus(
+                cfg.data.corpus,
+                args.pair,
+                corpus_dir,
+                variant=cfg.data.variant,
+                splits=[split],
+                mirror=args.mirror,
+            )
+        except UserError as e:
+            if split in (cfg.data.train_split, cfg.data.valid_split):
+                raise
+            print(f"skipping test split {split}: {e}")
+            continue
+        splits.update(files)
+    test_splits = [s for s in cfg.data.test_splits if s in splits]
+
+    # ---- SentencePiece + binarized data + training (seq2seq train does all three) ----------
+    started = time.time()
+    if (model_dir / "manifest.json").is_file():
+        print(f"\n[train] {model_dir} is complete; skipping")
+    elif (model_dir / "checkpoints" / "last.ckpt").is_file():
+        run("train", "--resume", str(model_dir), *mirror)
+    else:
+        run("train", "--config", args.config, "--out", str(model_dir), *mirror, *overrides)
+    train_minutes = (time.time() - started) / 60
+
+    # ---- average the last checkpoints ------------------------------------------------------
+    if (averaged_dir / "manifest.json").is_file():
+        print(f"\n[average] {averaged_dir} exists; skipping")
+    else:
+        # The checkpoints training averaged: the last training.average_last periodic ones from
+        # the second half of the run (fewer for a short or early-stopped run).
+        n = max(
+            len(checkpoints_to_average(model_dir / "checkpoints", cfg.training.average_last)), 1
+        )
+        run("average", str(model_dir), "-n", str(n), "--out", str(averaged_dir))
+
+    # ---- test: every available test split, BLEU / chrF / TER with signatures ----------------
+    # A raw-text model is scored twice: cased detokenized (sacreBLEU 13a, the number to report)
+    # and Moses-tokenized lowercased (--moses-lc), which compares with the papers' numbers on
+    # the lowercased tokenized references. A tok-variant model is scored the papers' way.
+    scorings = [("tok-lc", ["--tokenized-lc"], "")] if tokenized_lc else [
+        ("detok", [], ""), ("moses-lc", ["--moses-lc"], ".moses-lc"),
+    ]  # fmt: skip
+    results = []
+    for split in test_splits:
+        src, ref = splits[split]
+        for scoring, flags, suffix in scorings:
+            # evaluate names its outputs by --src (and .moses-lc)
+            scores_json = out / "eval" / f"{Path(src).name}{suffix}.json"
+            if not scores_json.is_file():
+                run(
+                    "evaluate", str(averaged_dir), "--src", str(src), "--ref", str(ref),
+                    "--out-dir", str(out / "eval"), *flags,
+                )  # fmt: skip
+            scores = json.loads(scores_json.read_text(encoding="utf-8"))["scores"]
+            results.append((split if corpus != "files" else Path(src).stem, scoring, scores))
+
+    # ---- export for inference ---------------------------------------------------------------
+    export_dir = out / "export" / "ctranslate2"
+    if args.no_export:
+        print("\n[export] skipped (--no-export)")
+    elif export_dir.is_dir():
+        print(f"\n[export] {export_dir} exists; skipping")
+    else:
+        run("export", str(averaged_dir), "--format", "ctranslate2", "--out", str(export_dir))
+
+    # ---- a few translations and the results lines ------------------------------------------
+    from seq2seq.decode import Translator
+
+    translator = Translator.load(averaged_dir)
+    examples = example_sentences(src_lang, tokenized_lc=tokenized_lc)
+    print("\nexample translations:")
+    for line, hyp in zip(examples, translator.translate(examples)):
+        print(f"  {line}\n  -> {hyp}")
+
+    print("\nresults:")
+    lines = []
+    for split, scoring, scores in results:
+        line = (
+            f"{corpus}\t{args.pair}\t{split}\t{Path(args.config).stem}\t"
+            f"BLEU {scores['bleu']:.2f}\tchrF {scores['chrf']:.2f}\t"
+            f"TER {scores['ter']:.2f}\t{scores['bleu_signature']}\t{scoring}"
+        )
+        lines.append(line)
+        print("  " + line)
+    (out / "results.tsv").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    if train_minutes > 0.1:
+        print(f"training took {train_minutes:.1f} minutes")

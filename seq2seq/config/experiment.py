@@ -1,0 +1,699 @@
+"""Experiment configuration: frozen dataclasses that a YAML file mirrors one to one.
+
+Defaults live only here. A YAML file names only the keys it changes; ``key.sub=value``
+overrides from the command line are applied on top. Unknown keys and wrong types are
+:class:`ConfigError` with the key, the file and (for typos) the nearest valid key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from seq2seq.core import UserError
+
+__all__ = [
+    "ConfigError",
+    "DataConfig",
+    "DecodingConfig",
+    "ExperimentConfig",
+    "ExportConfig",
+    "InvalidValue",
+    "ModelConfig",
+    "TrainingConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "config_to_dict",
+    "dump_config",
+    "load_config",
+    "model_data_changes",
+]
+
+
+class ConfigError(UserError):
+    """A configuration mistake the user can fix (unknown key, wrong type, missing file)."""
+
+
+class InvalidValue(ConfigError):
+    """A value of the right type that cannot work (``model.n_heads`` not dividing ``d_model``).
+
+    ``key`` is the dotted key; :func:`load_config` adds where the value came from (the file,
+    or the command line for an override).
+    """
+
+    def __init__(self, key: str, text: str) -> None:
+        super().__init__(f"{key} {text}")
+        self.key = key
+        self.text = text
+
+    def at(self, source: str) -> ConfigError:
+        """The same error, saying where the value came from."""
+        return InvalidValue(self.key, f"in {source} {self.text}")
+
+
+def _choice(prefix: str, key: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise InvalidValue(prefix + key, f"is {value!r}; expected one of {', '.join(allowed)}")
+
+
+def _at_least(prefix: str, obj: Any, minimum: int | float, *keys: str) -> None:
+    for key in keys:
+        value = getattr(obj, key)
+        if not value >= minimum:  # also refuses NaN
+            raise InvalidValue(prefix + key, f"must be >= {minimum}, got {value}")
+
+
+def _positive(prefix: str, obj: Any, *keys: str) -> None:
+    for key in keys:
+        value = getattr(obj, key)
+        if not value > 0:
+            raise InvalidValue(prefix + key, f"must be > 0, got {value}")
+
+
+def _fraction(prefix: str, obj: Any, *keys: str) -> None:
+    """Each key in [0, 1)."""
+    for key in keys:
+        value = getattr(obj, key)
+        if not 0.0 <= value < 1.0:
+            raise InvalidValue(prefix + key, f"must be in [0, 1), got {value}")
+
+
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+_MAX_TIME_RE = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where the parallel text comes from and how it becomes batches of ids."""
+
+    corpus: str = "multi30k"
+    """Registered corpus name (``seq2seq prepare --list`` shows them) or ``files``."""
+    pair: str = "en-de"
+    """``src-tgt`` language pair, e.g. ``en-de``."""
+    variant: str = "raw"
+    """Corpus variant: ``raw`` (cased, untokenized), ``tok`` (Multi30K lowercased tokenized),
+    ``fairseq`` (IWSLT14 as fairseq's prepare-iwslt14.sh writes it), ``norm`` (WMT14 training text
+    punctuation-normalized as prepare-wmt14en2de.sh); ``seq2seq prepare --list`` shows each
+    corpus' variants."""
+    train_split: str = "train"
+    valid_split: str = "val"
+    test_splits: tuple[str, ...] = ("test_2016_flickr",)
+    train_prefix: str | None = None
+    """With ``corpus: files``: the training text. Either a prefix of two line-aligned files named
+    by the pair's language codes (``data/train`` -> ``data/train.en`` + ``data/train.de`` for
+    ``pair: en-de``), or one tab-separated file with a sentence pair a line (``data/train.tsv``;
+    columns from ``tsv_columns``)."""
+    valid_prefix: str | None = None
+    """With ``corpus: files``: the validation text, as ``train_prefix``. ``test_splits`` are
+    prefixes (or TSV files) of the same kind."""
+    tsv_columns: tuple[int, int] = (0, 1)
+    """0-based columns of the source and target sentence in tab-separated pair files (Tatoeba's
+    ``id, text, id, text`` exports: ``[1, 3]``)."""
+    spm_model: str | None = None
+    """Reuse this SentencePiece model (a ``spm.model`` file, or a directory with ``spm.model`` or
+    ``spm.src.model`` + ``spm.tgt.model``) instead of training one; ``vocab_size`` and
+    ``spm_type`` are then not used."""
+    dedup: str = "none"
+    """Cleaning: ``pairs`` drops exact duplicate training pairs, ``sources`` drops pairs whose
+    source was seen before, ``none`` keeps them (see seq2seq/data/cleaning.py)."""
+    langid: bool = False
+    """Cleaning: drop training pairs whose sides py3langid assigns to other languages than
+    ``pair`` names (needs the ``langid`` extra)."""
+    max_train_pairs: int = 0
+    """Use only the first N training pairs (0 = all); for quick experiments and tests."""
+    max_valid_pairs: int = 0
+    """Use only the first N validation pairs (0 = all)."""
+    spm_type: str = "bpe"
+    """SentencePiece model type: ``bpe`` or ``unigram``."""
+    vocab_size: int = 8000
+    joint_vocab: bool = True
+    """One SentencePiece model over both sides (needed for shared embeddings)."""
+    character_coverage: float = 1.0
+    spm_max_sentences: int = 2_000_000
+    """Sentences sampled to train SentencePiece (enough for any vocabulary we use)."""
+    max_len: int = 256
+    """Training pairs with more tokens than this on either side are dropped."""
+    max_ratio: float = 3.0
+    """Training pairs whose token-length ratio exceeds this are dropped."""
+    max_tokens: int = 4096
+    """Tokens per batch, padding included (source or target, whichever is longer)."""
+    bucket_width: int = 1
+    """Length bucket granularity in tokens; sentences in one bucket have similar lengths."""
+    num_workers: int = 0
+
+    def validate(self, prefix: str = "data.") -> None:
+        """Refuse values that cannot work, naming the key (:class:`InvalidValue`)."""
+        _choice(prefix, "spm_type", self.spm_type, ("bpe", "unigram"))
+        _choice(prefix, "dedup", self.dedup, ("none", "pairs", "sources"))
+        _at_least(prefix, self, 8, "vocab_size")
+        _at_least(prefix, self, 1, "spm_max_sentences", "max_len", "max_tokens", "bucket_width")
+        _at_least(prefix, self, 0, "num_workers", "max_train_pairs", "max_valid_pairs")
+        _positive(prefix, self, "max_ratio")
+        if not 0.0 < self.character_coverage <= 1.0:
+            raise InvalidValue(
+                prefix + "character_coverage", f"must be in (0, 1], got {self.character_coverage}"
+            )
+        if min(self.tsv_columns) < 0 or self.tsv_columns[0] == self.tsv_columns[1]:
+            raise InvalidValue(
+                prefix + "tsv_columns",
+                f"must be two different 0-based columns, got {list(self.tsv_columns)}",
+            )
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Transformer shape and options (names follow torch.nn.Transformer)."""
+
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_encoder_layers: int = 6
+    n_decoder_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    activation: str = "relu"
+    """Feed-forward activation: ``relu`` or ``gelu``."""
+    norm_first: bool = True
+    """Pre-norm (True) or post-norm (False, the original Transformer)."""
+    positions: str = "sinusoidal"
+    """Position encoding: ``sinusoidal`` or ``learned``."""
+    max_positions: int = 1024
+    share_embeddings: bool = True
+    """Share source and target token embeddings (needs a joint vocabulary)."""
+    tie_output: bool = True
+    """Tie the output projection to the target embedding."""
+    decoder_mask: str = "causal"
+    """Decoder self-attention mask: ``causal``, ``window`` or ``block``."""
+    window: int = 16
+    """With ``decoder_mask: window``: each query sees this many most recent keys (itself included)."""
+    block_size: int = 8
+    """With ``decoder_mask: block``: block length."""
+    prev_blocks: int = 1
+    """With ``decoder_mask: block``: how many earlier blocks a query may also see."""
+
+    def validate(self, prefix: str = "model.") -> None:
+        """Refuse a shape or option that cannot build a model, naming the key."""
+        _at_least(prefix, self, 1, "d_model", "n_heads", "d_ff")
+        _at_least(prefix, self, 1, "n_encoder_layers", "n_decoder_layers")
+        if self.d_model % self.n_heads:
+            raise InvalidValue(
+                prefix + "n_heads",
+                f"must divide {prefix}d_model ({self.d_model}), got {self.n_heads}",
+            )
+        _fraction(prefix, self, "dropout", "attention_dropout", "activation_dropout")
+        _choice(prefix, "activation", self.activation, ("relu", "gelu"))
+        _choice(prefix, "positions", self.positions, ("sinusoidal", "learned"))
+        _choice(prefix, "decoder_mask", self.decoder_mask, ("causal", "window", "block"))
+        _at_least(prefix, self, 2, "max_positions")
+        _at_least(prefix, self, 1, "window", "block_size")
+        _at_least(prefix, self, 0, "prev_blocks")
+
+
+@dataclass(frozen=True)
+class TrainingConfig:
+    """Optimisation, schedule, validation and checkpointing."""
+
+    seed: int = 1
+    lr: float = 5e-4
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    schedule: str = "inverse_sqrt"
+    """``inverse_sqrt`` (linear warmup to ``lr``, then lr*sqrt(warmup/step)), ``noam``,
+    ``constant``, or ``linear`` / ``cosine`` (warmup, then decay to ``min_lr`` at ``max_steps``)."""
+    warmup_steps: int = 4000
+    min_lr: float = 0.0
+    """Where the ``linear`` and ``cosine`` schedules end, at ``max_steps``."""
+    label_smoothing: float = 0.1
+    clip_norm: float = 0.0
+    """Gradient clipping by global norm (0 = off)."""
+    accumulate: int = 1
+    """Gradient accumulation: batches per optimizer step."""
+    precision: str = "32"
+    """Lightning precision: ``32``, ``bf16-mixed`` or ``16-mixed``; ``auto``: ``bf16-mixed``
+    where the CPU has bf16 instructions and a probe measures it faster, else ``32``
+    (seq2seq/train/precision.py; machine-dependent, so not for runs that must be reproducible)."""
+    max_steps: int = 10_000
+    max_epochs: int = -1
+    max_time: str | None = None
+    """Wall-clock limit ``DD:HH:MM:SS`` (None = unlimited)."""
+    expected_step_s: float = 0.0
+    """Seconds per update (validation included) on the machine the config was sized on (0 = not
+    given): the expected training time is printed at start, and a run much slower than that is
+    warned about once (seq2seq/train/pace_watch.py)."""
+    expected_machine: str = ""
+    """That machine, in words, printed with the estimate."""
+    val_every_steps: int = 1000
+    save_every_steps: int = 0
+    """Periodic checkpoint every N optimizer steps (0 = every ``val_every_steps``)."""
+    val_metric: str = "bleu"
+    """Metric used for the best checkpoint and early stopping: ``bleu``, ``chrf`` or ``loss``."""
+    val_method: str = "greedy"
+    """Decoding during validation: ``greedy`` or ``beam`` (uses decoding.beam_size)."""
+    val_samples: int = 3
+    """Sample translations printed at each validation."""
+    patience: int = 0
+    """Early stopping after this many validations without improvement (0 = off)."""
+    keep_last: int = 5
+    """Periodic checkpoints kept for averaging."""
+    average_last: int = 5
+    """Checkpoints averaged into the exported model (1 = use the best checkpoint); only those
+    from the second half of the run count (see ``average.checkpoints_to_average``)."""
+    log_every_steps: int = 50
+    max_nonfinite: int = 10
+    """Consecutive non-finite losses tolerated (each skips its update) before the run stops."""
+    deterministic: bool = False
+    accelerator: str = "auto"
+    devices: str = "auto"
+    num_nodes: int = 1
+    strategy: str = "auto"
+    threads: int = 0
+    """torch intra-op threads (0 = leave torch's default)."""
+    compile: bool = False
+    """Wrap the model in torch.compile."""
+    keep_freed_memory: bool = True
+    """On the CPU, keep freed memory in the process for the next step instead of returning
+    it to the system (glibc's malloc; seq2seq/core/memory.py): fewer page faults, same results."""
+    init_from: str | None = None
+    """Fine-tune: start from this model directory's weights, SentencePiece model(s) and model
+    shape (``seq2seq train --init-from DIR``; see seq2seq/train/finetune.py). The optimizer and the
+    schedule start fresh."""
+
+    def validate(self, prefix: str = "training.") -> None:
+        """Refuse values Lightning would reject late (accelerator, devices, max_time), naming
+        the key. The rest of the training section is checked by
+        :func:`seq2seq.train.module.check_training_config` before a run starts."""
+        _choice(prefix, "accelerator", self.accelerator, ACCELERATORS)
+        devices = self.devices.strip()
+        parts = devices.split(",") if "," in devices else [devices]
+        ok = devices == "auto" or all(p.strip().lstrip("-").isdigit() for p in parts)
+        if ok and devices != "auto":
+            numbers = [int(p) for p in parts]
+            ok = numbers == [-1] or (len(numbers) == 1 and numbers[0] >= 1)
+            ok = ok or (
+                len(numbers) > 1 and min(numbers) >= 0 and len(set(numbers)) == len(numbers)
+            )
+        if not ok:
+            raise InvalidValue(
+                prefix + "devices",
+                f"is {self.devices!r}; expected auto, a count (1, 2, ...), -1 (all) or "
+                "device indices (0,1)",
+            )
+        if self.max_time is not None:
+            m = _MAX_TIME_RE.fullmatch(self.max_time.strip())
+            if not m or not any(int(g) for g in m.groups()):
+                raise InvalidValue(
+                    prefix + "max_time",
+                    f"is {self.max_time!r}; expected a duration DD:HH:MM:SS such as 00:12:00:00",
+                )
+        _at_least(prefix, self, 1, "num_nodes")
+        _positive(prefix, self, "eps")
+        _at_least(prefix, self, 0, "weight_decay", "clip_norm")
+        for i, beta in enumerate(self.betas):
+            if not 0.0 <= beta < 1.0:
+                raise InvalidValue(
+                    prefix + "betas",
+                    f"must be two numbers in [0, 1), got {list(self.betas)} (item {i + 1})",
+                )
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """Search options (fairseq-compatible beam scoring; see seq2seq/decode/search.py)."""
+
+    method: str = "beam"
+    """``beam``, ``greedy`` or ``sample``."""
+    beam_size: int = 5
+    nbest: int = 1
+    len_penalty: float = 1.0
+    min_len: int = 1
+    max_len_a: float = 1.2
+    max_len_b: int = 10
+    no_repeat_ngram: int = 0
+    unk_penalty: float = 0.0
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    seed: int = 0
+    max_tokens: int = 4096
+    """Source tokens per translation batch."""
+
+    def validate(self, prefix: str = "decoding.") -> None:
+        """Refuse search values that cannot work or would give garbage (a negative length
+        limit turns every translation into an empty line), naming the key."""
+        _choice(prefix, "method", self.method, ("beam", "greedy", "sample"))
+        _at_least(prefix, self, 1, "beam_size", "nbest", "max_tokens")
+        _at_least(prefix, self, 0, "min_len", "max_len_a", "max_len_b", "no_repeat_ngram", "top_k")
+        if self.max_len_a == 0 and self.max_len_b == 0:
+            raise InvalidValue(
+                prefix + "max_len_b",
+                f"and {prefix}max_len_a are both 0: every translation would be empty",
+            )
+        if not math.isfinite(self.len_penalty):
+            raise InvalidValue(
+                prefix + "len_penalty", f"must be a finite number, got {self.len_penalty}"
+            )
+        if math.isnan(self.unk_penalty):  # inf is fine: never generate the unknown token
+            raise InvalidValue(prefix + "unk_penalty", "must be a number (or inf), got nan")
+        if not (0.0 < self.temperature and math.isfinite(self.temperature)):
+            raise InvalidValue(prefix + "temperature", f"must be > 0, got {self.temperature}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise InvalidValue(prefix + "top_p", f"must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class ExportConfig:
+    """Export defaults for ``seq2seq export``."""
+
+    format: str = "ctranslate2"
+    quantization: str = "none"
+    """CTranslate2 quantization: ``none``, ``int8``, ``int8_float32`` or ``float16``."""
+    opset: int = 17
+
+    def validate(self, prefix: str = "export.") -> None:
+        """Refuse an unknown format or quantization, naming the key."""
+        _choice(prefix, "format", self.format, ("ctranslate2", "onnx"))
+        _choice(
+            prefix, "quantization", self.quantization, ("none", "int8", "int8_float32", "float16")
+        )
+        _at_least(prefix, self, 7, "opset")
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A whole experiment: the YAML file's top-level sections."""
+
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    export: ExportConfig = field(default_factory=ExportConfig)
+
+    def validate(self) -> None:
+        """Validate every section (:class:`InvalidValue` naming the first bad key)."""
+        for section in (self.data, self.model, self.training, self.decoding, self.export):
+            section.validate()
+
+
+# ---------------------------------------------------------------------------------------------
+# YAML <-> dataclasses
+
+
+def _all_keys(cls: type, prefix: str = "") -> list[str]:
+    keys = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        name = prefix + f.name
+        keys.append(name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys.extend(_all_keys(hints[f.name], name + "."))
+    return keys
+
+
+def _unknown_key(key: str, source: str) -> ConfigError:
+    valid = _all_keys(ExperimentConfig)
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if not near:  # compare the last part alone ("model.dropot" vs "dropout")
+        leaf = key.rsplit(".", 1)[-1]
+        by_leaf = {k.rsplit(".", 1)[-1]: k for k in valid}
+        leaf_near = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.7)
+        near = [by_leaf[leaf_near[0]]] if leaf_near else []
+    hint = f"; did you mean {near[0]}?" if near else ""
+    shown = key if key.isprintable() else repr(key)  # a key with a newline: still one line
+    return ConfigError(f"unknown key {shown} in {source}{hint}")
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+_FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+
+
+def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
+    """Check ``value`` against the annotation ``tp`` and convert where lossless (int -> float)."""
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, key, source)
+            except ConfigError as e:
+                errors.append(e)
+        raise ConfigError(f"{key} in {source} must be {_type_name(tp)}, got {value!r}")
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{key} in {source} must be a list ({_type_name(tp)}), got {value!r}")
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(v, args[0], key, source) for v in value)
+        if len(value) != len(args):
+            raise ConfigError(f"{key} in {source} must have {len(args)} items, got {len(value)}")
+        return tuple(_coerce(v, a, key, source) for v, a in zip(value, args))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _FLOAT_RE.fullmatch(value.strip()):
+            return float(value)  # YAML 1.1 reads 3e-4 (no dot) as a string
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    raise ConfigError(f"{key} in {source} must be {_type_name(tp)}, got {value!r}")
+
+
+def _build(cls: type, data: Any, prefix: str, source: str) -> Any:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        where = prefix.rstrip(".") or "the top level"
+        raise ConfigError(f"{where} in {source} must be a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        full = prefix + str(key)
+        if key not in names:
+            raise _unknown_key(full, source)
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = _build(tp, value, full + ".", source)
+        else:
+            kwargs[key] = _coerce(value, tp, full, source)
+    return cls(**kwargs)
+
+
+def config_from_dict(data: dict, source: str = "<dict>") -> ExperimentConfig:
+    """Build an :class:`ExperimentConfig` from nested dicts; ``source`` names them in errors."""
+    return _build(ExperimentConfig, data, "", source)
+
+
+def config_to_dict(cfg: Any) -> dict:
+    """Nested plain dicts (tuples become lists) of a config, every key included."""
+    out = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            value = config_to_dict(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[f.name] = value
+    return out
+
+
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: Any, first: int, second: int) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.first, self.second = key, first, second
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``yaml.safe_load`` that refuses a key given twice in one mapping (PyYAML keeps the
+    last one silently: a second ``model:`` section would replace the first)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *anchor`: merged keys may be overridden, as YAML says
+            key = self.construct_object(key_node, deep=True)
+            try:
+                hash(key)
+            except TypeError:
+                continue  # PyYAML reports an unhashable key itself
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise _DuplicateKey(key, seen[key], line)
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(path: Path) -> dict:
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        text = path.read_text(encoding="utf-8")
+        loader = _StrictLoader(text)  # a SafeLoader that refuses duplicate keys
+        try:
+            data = loader.get_single_data()
+        finally:
+            loader.dispose()
+    except _DuplicateKey as e:
+        key = e.key if not isinstance(e.key, str) or e.key.isprintable() else repr(e.key)
+        raise ConfigError(
+            f"{path}:{e.second}: duplicate key {key} (first given at line {e.first}); "
+            "give each key once"
+        ) from None
+    except PermissionError:
+        raise ConfigError(f"config file {path} cannot be read: permission denied") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not valid UTF-8 (byte {e.start})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}{where}: {problem}") from None
+    except (ValueError, RecursionError) as e:  # PyYAML: a bad date or !!float, deep nesting
+        reason = "nested too deeply" if isinstance(e, RecursionError) else str(e)
+        raise ConfigError(f"{path}: invalid YAML value ({reason})") from None
+    return data or {}
+
+
+def _field_type(key: str) -> Any:
+    """The annotation of a dotted key, or None when the key does not exist."""
+    cls: Any = ExperimentConfig
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(cls):
+            return None
+        hints = typing.get_type_hints(cls)
+        if part not in hints:
+            return None
+        cls = hints[part]
+    return cls
+
+
+def _parse_override(item: str) -> tuple[str, Any]:
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must look like key.sub=value")
+    key, raw = item.split("=", 1)
+    key = key.strip()
+    if _field_type(key) in (str, str | None) and raw.strip().lower() not in ("null", "~"):
+        return key, raw  # a string field takes the text as written (YAML would read 1:00 as 60)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except (yaml.YAMLError, ValueError, RecursionError):  # PyYAML raises all three
+        value = raw
+    return key, value
+
+
+def _validated(cfg: ExperimentConfig, source: str, overridden: set[str]) -> ExperimentConfig:
+    """``cfg`` once every section is valid; an :class:`InvalidValue` names where its key came
+    from (the command line for an override, else ``source``)."""
+    try:
+        cfg.validate()
+    except InvalidValue as e:
+        raise e.at("the command line" if e.key in overridden else source) from None
+    return cfg
+
+
+def apply_overrides(cfg: ExperimentConfig, overrides: list[str]) -> ExperimentConfig:
+    """Return ``cfg`` with ``key.sub=value`` overrides applied (values parsed as YAML), and
+    the result validated (:meth:`ExperimentConfig.validate`).
+
+    Raises:
+        ConfigError: an unknown key, a wrong type, or a value that cannot work.
+    """
+    cfg, keys = _apply(cfg, overrides)
+    return _validated(cfg, "the config", keys)
+
+
+def _apply(cfg: ExperimentConfig, overrides: list[str]) -> tuple[ExperimentConfig, set[str]]:
+    if not overrides:
+        return cfg, set()
+    keys: set[str] = set()
+    data = config_to_dict(cfg)
+    for item in overrides:
+        key, value = _parse_override(item)
+        parts = key.split(".")
+        node = data
+        for i, part in enumerate(parts):
+            if not isinstance(node, dict) or part not in node:
+                raise _unknown_key(key, "the command line")
+            if i == len(parts) - 1:
+                if isinstance(node[part], dict):
+                    raise ConfigError(
+                        f"{key} on the command line is a section; set one of its keys"
+                    )
+                node[part] = value
+                keys.add(key)
+            else:
+                node = node[part]
+    return config_from_dict(data, "the command line"), keys
+
+
+def _diff(a: dict, b: dict, prefix: str) -> list[str]:
+    out = []
+    for key in sorted(set(a) | set(b)):
+        va, vb = a.get(key), b.get(key)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += _diff(va, vb, f"{prefix}{key}.")
+        elif va != vb:
+            out.append(f"{prefix}{key} ({va!r} -> {vb!r})")
+    return out
+
+
+def model_data_changes(old: ExperimentConfig | dict, new: ExperimentConfig | dict) -> list[str]:
+    """The keys of the model and data sections that differ, as ``key (old -> new)``."""
+    old = old if isinstance(old, dict) else config_to_dict(old)
+    new = new if isinstance(new, dict) else config_to_dict(new)
+    changes = []
+    for section in ("model", "data"):
+        changes += _diff(old.get(section, {}), new.get(section, {}), f"{section}.")
+    return changes
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Load a YAML config (or the defaults when ``path`` is None), apply overrides, and
+    validate the result (every section, :meth:`ExperimentConfig.validate`).
+
+    Raises:
+        ConfigError: a missing or unreadable file, invalid YAML, a duplicate key (the file and
+            both lines named), an unknown key, a wrong type, or a value that cannot work (the
+            key named, with the file or the command line it came from).
+    """
+    if path is None:
+        cfg, source = ExperimentConfig(), "the defaults"
+    else:
+        path = Path(path)
+        cfg, source = config_from_dict(_read_yaml(path), str(path)), str(path)
+    cfg, keys = _apply(cfg, overrides or [])
+    return _validated(cfg, source, keys)
+
+
+def dump_config(cfg: ExperimentConfig, path: str | Path | None = None) -> str:
+    """The full resolved config as YAML text; also written to ``path`` when given."""
+    text = yaml.safe_dump(config_to_dict(cfg), sort_keys=False, default_flow_style=None)
+    if path is not None:
+        Path(path).write_text(text, encoding="utf-8")
+    return text

@@ -1,0 +1,23 @@
+"""Data: the corpus registry and its downloads, reference preparation, cleaning, SentencePiece,
+parallel text, the binarized token store and the LightningDataModule.
+
+The public names below are imported on first use (docs/design.md, "Layers").
+"""
+
+from __future__ import annotations
+
+from seq2seq.core.exports import lazy_exports
+
+_HOMES = {
+    "BOS_ID": "tokenizer",
+    "EOS_ID": "tokenizer",
+    "PAD_ID": "tokenizer",
+    "Tokenizer": "tokenizer",
+    "TranslationDataModule": "datamodule",
+    "UNK_ID": "tokenizer",
+    "get_corpus": "corpora",
+    "list_corpora": "corpora",
+    "prepare_corpus": "corpora",
+}
+__all__ = sorted(_HOMES)
+__getattr__ = lazy_exports(__name__, _HOMES)

@@ -1,0 +1,36 @@
+"""The model: masks, attention with its KV cache, layers, the encoder-decoder Transformer, the
+loss, and the model directory that stores a trained translator on disk.
+
+The public names below are imported on first use (docs/design.md, "Layers").
+"""
+
+from __future__ import annotations
+
+from seq2seq.core.exports import lazy_exports
+
+_HOMES = {
+    "CONFIG_FILE": "directory",
+    "KVCache": "attention",
+    "LoadedModel": "directory",
+    "LossOutput": "loss",
+    "MANIFEST_FILE": "directory",
+    "PARENT_FILE": "directory",
+    "SPM_FILES": "directory",
+    "Seq2SeqTransformer": "transformer",
+    "attention_mask_from_pad": "masks",
+    "block_causal_mask": "masks",
+    "build_model": "transformer",
+    "causal_mask": "masks",
+    "label_smoothed_nll": "loss",
+    "lengths_to_pad": "masks",
+    "load_model_dir": "directory",
+    "projected_label_smoothed_nll": "loss",
+    "save_model_dir": "directory",
+    "sliding_window_mask": "masks",
+    "state_dict_for_saving": "directory",
+    "target_log_probs": "loss",
+    "verify_model_dir": "directory",
+    "write_manifest": "directory",
+}
+__all__ = sorted(_HOMES)
+__getattr__ = lazy_exports(__name__, _HOMES)

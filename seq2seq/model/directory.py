@@ -1,0 +1,310 @@
+"""The model directory: a self-describing, tamper-evident, pickle-free translator on disk.
+
+Layout::
+
+    MODEL_DIR/
+      config.yaml          the resolved experiment config (every key)
+      spm.model            SentencePiece model (or spm.src.model + spm.tgt.model)
+      model.safetensors    inference weights (averaged or best checkpoint); no pickle
+      parent.json          only for a fine-tuned model: its parent's path and manifest sha256
+      manifest.json        format name + version, the sha256 of each file above, and the
+                           sha256 of the manifest's own content
+      checkpoints/         Lightning training checkpoints (training and resume only)
+      logs/                CSV and TensorBoard logs
+
+:func:`load_model_dir` (used by translate, evaluate, export and plot) reads only the
+manifest (JSON), the config (``yaml.safe_load``), SentencePiece (protobuf) and safetensors
+files: loading a model never unpickles, so a hostile model directory cannot run code. A
+missing, truncated or altered file is a :class:`ModelDirError` naming the file.
+
+The checksums detect corruption and accidental edits (a half-copied directory, a
+hand-edited config, weights replaced by another run's); they are not a signature: whoever
+can write the directory can rewrite the manifest too. What keeps a hostile directory
+harmless is the pickle-free loading, and the config is checked against the weights'
+shapes (read from the safetensors header) before any weight is allocated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_file, save
+
+from seq2seq.config import ConfigError, ExperimentConfig, dump_config, load_config
+from seq2seq.core import UserError, atomic_open, sha256_file
+from seq2seq.model.transformer import Seq2SeqTransformer, build_model
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "LoadedModel",
+    "ModelDirError",
+    "load_model_dir",
+    "save_model_dir",
+    "state_dict_for_saving",
+    "verify_model_dir",
+    "write_manifest",
+]
+
+FORMAT_NAME = "seq2seq-model"
+FORMAT_VERSION = 1
+CONFIG_FILE = "config.yaml"
+WEIGHTS_FILE = "model.safetensors"
+MANIFEST_FILE = "manifest.json"
+SPM_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
+PARENT_FILE = "parent.json"
+"""A fine-tuned model's parent (path, manifest sha256; seq2seq/train/finetune.py), when it has one."""
+_FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+
+
+class ModelDirError(UserError):
+    """A model directory that is missing, incomplete, altered or of another format."""
+
+
+@dataclass
+class LoadedModel:
+    """A model directory, loaded: config, model (eval mode) and tokenizer."""
+
+    path: Path
+    cfg: ExperimentConfig
+    model: Seq2SeqTransformer
+    tokenizer: object  # seq2seq.data.tokenizer.Tokenizer (imported lazily to keep this light)
+
+
+def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """``state_dict()`` entries, each shared or tied tensor once (under its first name).
+
+    Identity decides (tied parameters are one object); for real tensors a shared data
+    pointer does too. Works on the meta device, where every data pointer is 0.
+    """
+    seen_ids: set[int] = set()
+    seen_ptrs: set[int] = set()
+    out: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        ptr = tensor.data_ptr() if tensor.device.type != "meta" and tensor.numel() > 0 else None
+        if id(tensor) in seen_ids or (ptr is not None and ptr in seen_ptrs):
+            continue
+        seen_ids.add(id(tensor))
+        if ptr is not None:
+            seen_ptrs.add(ptr)
+        out[name] = tensor
+    return out
+
+
+def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors without the aliases that tying or sharing creates.
+
+    Shared/tied parameters appear once (under their first name); :func:`load_model_dir`
+    rebuilds the model from its config, so the ties are restored by construction.
+    Buffers that are not persistent (the sinusoidal table) are not included.
+    """
+    return {
+        name: tensor.detach().to("cpu").contiguous().clone()
+        for name, tensor in _unique_state(model).items()
+    }
+
+
+def _manifest_files(model_dir: Path) -> list[str]:
+    names = [CONFIG_FILE, WEIGHTS_FILE]
+    names += [n for n in (*SPM_FILES, PARENT_FILE) if (model_dir / n).is_file()]
+    return names
+
+
+def _content_sha256(manifest: dict) -> str:
+    """sha256 of the manifest's content (format, version, files) in canonical JSON."""
+    content = {k: manifest.get(k) for k in ("format", "version", "files")}
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+def write_manifest(model_dir: str | Path) -> Path:
+    """(Re)write manifest.json with the sha256 of config, weights and SentencePiece files."""
+    model_dir = Path(model_dir)
+    files = {}
+    for name in _manifest_files(model_dir):
+        if not (model_dir / name).is_file():
+            raise ModelDirError(f"{model_dir / name} is missing; cannot write the manifest")
+        files[name] = sha256_file(model_dir / name)
+    manifest: dict = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "files": files}
+    manifest["sha256"] = _content_sha256(manifest)
+    path = model_dir / MANIFEST_FILE
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    return path
+
+
+def save_model_dir(
+    model_dir: str | Path,
+    model: torch.nn.Module,
+    cfg: ExperimentConfig,
+    *,
+    weights: dict[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write config.yaml, model.safetensors and the manifest into ``model_dir``.
+
+    The SentencePiece file(s) must already be in ``model_dir`` (the data module trains
+    them there). ``weights`` (e.g. an average of checkpoints) replaces the model's own.
+    Each file is written atomically; the manifest is written last.
+    """
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    with atomic_open(model_dir / CONFIG_FILE, "w", encoding="utf-8") as f:
+        f.write(dump_config(cfg))
+    tensors = weights if weights is not None else state_dict_for_saving(model)
+    data = save(
+        {k: v.contiguous() for k, v in tensors.items()},
+        metadata={"format": FORMAT_NAME, "version": str(FORMAT_VERSION)},
+    )
+    with atomic_open(model_dir / WEIGHTS_FILE, "wb") as f:  # 0644 like every other file
+        f.write(data)
+    return write_manifest(model_dir)
+
+
+def verify_model_dir(model_dir: str | Path) -> dict:
+    """Check the manifest and every file it lists; return the manifest.
+
+    Raises:
+        ModelDirError: no directory; a missing, unreadable or altered manifest; a listed file
+            that is missing or whose sha256 differs (the file named).
+    """
+    model_dir = Path(model_dir)
+    if not model_dir.is_dir():
+        raise ModelDirError(f"model directory not found: {model_dir}")
+    manifest_path = model_dir / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise ModelDirError(
+            f"{manifest_path} is missing: {model_dir} is not a seq2seq model directory "
+            "(train one with `seq2seq train`)"
+        )
+    try:
+        manifest = json.loads(manifest_path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelDirError(f"{manifest_path} is corrupt: not valid JSON ({e})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise ModelDirError(f"{manifest_path} does not describe a {FORMAT_NAME} directory")
+    if manifest.get("version") != FORMAT_VERSION:
+        raise ModelDirError(
+            f"{manifest_path}: format version {manifest.get('version')!r} is not supported "
+            f"(this seq2seq reads version {FORMAT_VERSION})"
+        )
+    if manifest.get("sha256") != _content_sha256(manifest):
+        raise ModelDirError(
+            f"{manifest_path} is corrupt or was altered: its content does not match its own sha256"
+        )
+    files = manifest.get("files")
+    if not isinstance(files, dict) or CONFIG_FILE not in files or WEIGHTS_FILE not in files:
+        raise ModelDirError(f"{manifest_path} lists no config or weights")
+    for name, expected in files.items():
+        if Path(name).name != name or name in ("", ".", ".."):
+            raise ModelDirError(f"{manifest_path} names a file outside the directory: {name!r}")
+        path = model_dir / name
+        if not path.is_file():
+            raise ModelDirError(f"{path} is missing (listed in {MANIFEST_FILE})")
+        try:
+            actual = sha256_file(path)
+        except OSError as e:
+            raise ModelDirError(f"{path} cannot be read: {e.strerror}") from None
+        if actual != expected:
+            raise ModelDirError(
+                f"{path} is corrupt or was altered: sha256 {actual} does not match "
+                f"{expected} in {MANIFEST_FILE}"
+            )
+    return manifest
+
+
+def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
+    """Compare the safetensors header (names, shapes, dtypes) with the model the config builds.
+
+    Only the header is read, so a config that does not fit the weights (e.g. a huge
+    ``d_model``) is reported before anything is allocated.
+    """
+    weights, config = model_dir / WEIGHTS_FILE, model_dir / CONFIG_FILE
+    try:
+        with safe_open(str(weights), framework="pt") as f:
+            header = {k: f.get_slice(k) for k in f.keys()}
+            header = {k: (tuple(s.get_shape()), s.get_dtype()) for k, s in header.items()}
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ModelDirError(f"{weights} is not a safetensors file: {e}") from None
+    missing = sorted(set(expected) - set(header))
+    unexpected = sorted(set(header) - set(expected))
+    if missing or unexpected:
+        raise ModelDirError(
+            f"{weights} does not fit {config}: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
+    for name, (shape, dtype) in header.items():
+        want = expected[name]
+        if shape != tuple(want.shape):
+            raise ModelDirError(
+                f"{weights}: {name} has shape {shape}, {config} needs {tuple(want.shape)}"
+            )
+        if want.is_floating_point() and dtype not in _FLOAT_DTYPES:
+            raise ModelDirError(f"{weights}: {name} has dtype {dtype}, not a floating type")
+
+
+def _check_finite(weights: Path, tensors: dict[str, torch.Tensor]) -> None:
+    """Refuse weights holding NaN or infinity: such a model translates every line to garbage
+    or to nothing, without any other sign (a diverged run, a corrupted average)."""
+    for name, tensor in tensors.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ModelDirError(
+                f"{weights}: {name} holds {bad} NaN or infinite values of {tensor.numel()}; "
+                "the model is broken (a diverged run?)"
+            )
+
+
+def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
+    """Verify and load a model directory (no unpickling anywhere).
+
+    Raises:
+        ModelDirError: a missing, truncated or altered file, naming it; a config that the
+            weights do not fit.
+    """
+    from seq2seq.data import PAD_ID, Tokenizer
+
+    model_dir = Path(model_dir)
+    manifest = verify_model_dir(model_dir)
+    config_path = model_dir / CONFIG_FILE
+    try:
+        cfg = load_config(config_path)
+    except ConfigError as e:
+        message = str(e) if str(config_path) in str(e) else f"{config_path}: {e}"
+        raise ModelDirError(message) from None
+    listed = manifest["files"]
+    if SPM_FILES[0] in listed:
+        joint = True
+    elif SPM_FILES[1] in listed and SPM_FILES[2] in listed:
+        joint = False
+    else:
+        raise ModelDirError(
+            f"{model_dir / MANIFEST_FILE} lists no SentencePiece model "
+            f"({SPM_FILES[0]}, or {SPM_FILES[1]} and {SPM_FILES[2]})"
+        )
+    tokenizer = Tokenizer.load(model_dir, joint=joint)  # only files the manifest verified
+    sizes = dict(
+        src_vocab_size=tokenizer.src_vocab_size,
+        tgt_vocab_size=tokenizer.tgt_vocab_size,
+        pad_id=PAD_ID,
+    )
+    try:
+        with torch.device("meta"):  # shapes only: nothing allocated
+            skeleton = build_model(cfg.model, **sizes)
+    except (ValueError, RuntimeError) as e:
+        raise ModelDirError(f"{config_path}: invalid model section ({e})") from None
+    _check_weights(model_dir, _unique_state(skeleton))
+    del skeleton
+    model = build_model(cfg.model, **sizes)
+    try:
+        tensors = load_file(str(model_dir / WEIGHTS_FILE))
+    except (SafetensorError, OSError, ValueError) as e:
+        raise ModelDirError(f"{model_dir / WEIGHTS_FILE} cannot be read: {e}") from None
+    _check_finite(model_dir / WEIGHTS_FILE, tensors)
+    model.load_state_dict(tensors, strict=False)
+    model.to(device).eval()
+    return LoadedModel(path=model_dir, cfg=cfg, model=model, tokenizer=tokenizer)
