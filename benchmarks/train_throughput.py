@@ -183,7 +183,7 @@ def run_ours(steps: int, warmup: int, threads: int, mirror: str | None, shape: s
     import pytorch_lightning as pl
     import torch
 
-    from seq2seq import shape_buckets
+    from seq2seq.model import shape_buckets
     from seq2seq.train.module import TranslationModule
 
     torch.set_num_threads(threads)

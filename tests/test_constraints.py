@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from seq2seq import search as search_module
 from seq2seq.core.errors import UserError
+from seq2seq.decode import search as search_module
 from seq2seq.decode.constraints import Constraints, ConstraintState, Terminology, allocate
 from seq2seq.decode.search import Hypothesis, beam_search, greedy_search, sample
 

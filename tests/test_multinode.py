@@ -31,7 +31,8 @@ RUNNER = textwrap.dedent(
     import json, sys
     from pathlib import Path
 
-    from seq2seq import datamodule, system
+    from seq2seq.data import datamodule
+    from seq2seq.train import module as system
     from seq2seq.config.experiment import load_config
     from seq2seq.train.trainer import train
 

@@ -390,7 +390,7 @@ DDP_RUNNER = textwrap.dedent(
     import json, sys
     from pathlib import Path
 
-    from seq2seq import system
+    from seq2seq.train import module as system
     from seq2seq.config.experiment import load_config
     from seq2seq.train.trainer import train
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 from factories import make_model_dir, synthetic_pairs
 
-from seq2seq import engines
-from seq2seq import search as search_module
 from seq2seq.config.experiment import DecodingConfig
 from seq2seq.core.errors import UserError
 from seq2seq.data.tokenizer import EOS_ID
+from seq2seq.decode import engines
+from seq2seq.decode import search as search_module
 from seq2seq.decode.engines import ENGINES
 from seq2seq.decode.options import SearchOptions, max_target_lens, reorder_state
 from seq2seq.decode.translator import (
