@@ -1,8 +1,8 @@
 """Shared fixtures: the offline corpus mirrors.
 
 ``SEQ2SEQ_MIRROR`` may be a mirror *root* (one folder per source: ``multi30k/``, ``wit3/``, as
-in ``../shared/data``, which CI uses) or, in the older one-corpus form, the Multi30K mirror
-itself. Without it, ``../shared/data`` beside the checkout is used when present.
+``.ci/run`` sets it) or, in the older one-corpus form, the Multi30K mirror itself. Without it,
+the tests that need a mirror skip, saying so.
 """
 
 from __future__ import annotations
@@ -12,15 +12,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _candidates() -> list[Path]:
-    paths = []
-    if os.environ.get("SEQ2SEQ_MIRROR"):
-        paths.append(Path(os.environ["SEQ2SEQ_MIRROR"]))
-    paths.append(REPO.parent / "shared" / "data")
-    return paths
+    return [Path(os.environ["SEQ2SEQ_MIRROR"])] if os.environ.get("SEQ2SEQ_MIRROR") else []
 
 
 def _source_folder(name: str, marker: str) -> Path | None:
@@ -50,7 +45,7 @@ def mirror() -> Path:
 
 @pytest.fixture(scope="session")
 def mirror_root() -> Path:
-    """A mirror root holding multi30k/ (and wit3/), e.g. ../shared/data; skips without one."""
+    """A mirror root holding multi30k/ (and wit3/); skips without one."""
     path = _mirror_root()
     if path is None:
         pytest.skip("no mirror root with a multi30k/ folder (set SEQ2SEQ_MIRROR=ROOT)")
@@ -62,7 +57,7 @@ def wit3_mirror() -> Path:
     """The WIT3 IWSLT17 test archives (ROOT/wit3); skips without them."""
     path = _source_folder("wit3", "2017-01-ted-test/texts/de/en/de-en.tgz")
     if path is None:
-        pytest.skip("WIT3 mirror not found (ROOT/wit3 under SEQ2SEQ_MIRROR or ../shared/data)")
+        pytest.skip("WIT3 mirror not found (set SEQ2SEQ_MIRROR=ROOT with a wit3/ folder)")
     return path
 
 
