@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 
-
 def _candidates() -> list[Path]:
     return [Path(os.environ["SEQ2SEQ_MIRROR"])] if os.environ.get("SEQ2SEQ_MIRROR") else []
 
