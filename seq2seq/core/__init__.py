@@ -19,7 +19,7 @@ _HOMES = {
     "check_strategy": "devices",
     "defer_sigterm": "signals",
     "exclusive": "files",
-    "keep_freed_memory": "cpu_memory",
+    "keep_freed_memory": "memory",
     "printable": "terminal",
     "raise_on_sigterm": "signals",
     "sha256_file": "files",

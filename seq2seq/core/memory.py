@@ -1,46 +1,62 @@
-"""Keep freed memory in the process (glibc): no fresh pages for every step's large buffers.
+"""Keep freed CPU memory in the process for reuse, instead of handing it back to the kernel.
 
-A training step allocates and frees the same large buffers again and again (activations,
-the loss's logits chunks, gradients). glibc's malloc gives blocks from 128 KiB up (its
-threshold then adapts) to ``mmap`` and back to the kernel on ``free``, and trims the top
-of its heap past 128 KiB of free space: each new buffer then starts as fresh pages, and
-touching them costs one page fault per 4 KiB. Measured on the Transformer-Tiny shape
-(``benchmarks/train_throughput.py --shape tiny``, 2 threads, Intel Xeon in a VM): 1.33
-million page faults in 35 bf16 steps, and 269,000 with this; tokens/s (3 rounds, medians,
-``--impls ...,ours-sysmalloc,ours-bf16-sysmalloc``) +7.5% in bf16 and +6% in fp32 on the
-Tiny shape, +9% and +3% on the demo shape. The same numbers, only sooner.
+Both a training step and a cached beam-search step allocate and free the same large buffers
+again and again (activations, the loss's logits chunks and gradients; a beam's (N, V) logits
+and log-probs). glibc's malloc serves large blocks with ``mmap`` and returns them with
+``munmap`` on ``free``, and trims the top of its heap once enough of it is free, so each new
+buffer starts as fresh pages: one page fault per 4 KiB page, each with the kernel zeroing the
+page. The results are the same either way, only sooner with this.
 
-:func:`keep_freed_memory` raises the ``mmap`` threshold to glibc's 64-bit maximum (32 MiB)
-and the trim threshold to 2 GiB, so freed blocks stay in the heap for the next step. The
-process keeps its peak memory until it exits, which is what a training run does anyway.
-Elsewhere (not Linux, not glibc) it does nothing.
+:func:`keep_freed_memory` sets glibc's ``M_MMAP_THRESHOLD`` and ``M_TRIM_THRESHOLD`` (the
+``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` environment variables do the same at
+process start), so that such blocks come from the heap and freed ones stay there. The cost: the
+process keeps up to ``max_free`` bytes of freed memory mapped (its RSS does not shrink back after
+a large batch). It is process-wide, which is why only the entry points call it, CPU training
+(``training.keep_freed_memory``, :meth:`seq2seq.train.module.TranslationModule.on_fit_start`)
+and the inference loaders (``load_torch`` in :mod:`seq2seq.decode`), not the model. Elsewhere
+(not glibc) it does nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import sys
 
 __all__ = ["keep_freed_memory"]
 
-M_TRIM_THRESHOLD = -1
-M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD = 32 * 1024 * 1024
-"""glibc's largest ``mmap`` threshold on 64-bit systems (``HEAP_MAX_SIZE / 2``)."""
-TRIM_THRESHOLD = 2**31 - 1
-"""Free space at the top of the heap kept before trimming (mallopt takes an int)."""
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_THRESHOLD = -3
+_applied: int | None = None
 
 
-def keep_freed_memory() -> bool:
-    """Tell glibc's malloc to keep freed blocks; whether it took (False where not glibc)."""
+def keep_freed_memory(max_free: int = 1 << 30) -> bool:
+    """Make glibc's malloc keep up to ``max_free`` bytes of freed memory for reuse.
+
+    Blocks below ``max_free`` are then taken from the heap rather than mapped anew, and the
+    heap is trimmed only once more than ``max_free`` bytes at its top are free. Calling it
+    again with the same or a smaller value does nothing.
+
+    Args:
+        max_free: The largest block taken from the heap, and the free bytes at the heap's top
+            kept before trimming (capped at the largest C ``int``).
+
+    Returns:
+        Whether the settings are in force (False where the C library is not glibc).
+    """
+    global _applied
+    if _applied is not None and _applied >= max_free:
+        return True
     if not sys.platform.startswith("linux"):
         return False
     try:
-        libc = ctypes.CDLL("libc.so.6")
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         mallopt = libc.mallopt
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and (
-        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
-    )
+    value = min(max_free, 2**31 - 1)
+    ok = mallopt(_M_MMAP_THRESHOLD, value) == 1 and mallopt(_M_TRIM_THRESHOLD, value) == 1
+    if ok:
+        _applied = max_free
+    return ok

@@ -664,7 +664,7 @@ def load_torch(
 
     ``precision``: see :class:`TorchEngine` (``torch-bf16`` and ``torch-int8`` in ENGINES).
     On the CPU this also makes the process keep freed memory for reuse
-    (:func:`seq2seq.core.cpu_memory.keep_freed_memory`).
+    (:func:`seq2seq.core.memory.keep_freed_memory`).
     """
     from seq2seq.core import keep_freed_memory
     from seq2seq.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
