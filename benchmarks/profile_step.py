@@ -63,7 +63,7 @@ BUCKETS = (
 # Scopes: functions whose operators are attributed to them (innermost scope wins).
 SCOPES = {
     "seq2seq.model.transformer.Seq2SeqTransformer.project": "output projection",
-    "seq2seq.model.transformer.DecoderState.reorder": "reorder",
+    "seq2seq.model.decoder_state.DecoderState.reorder": "reorder",
     "seq2seq.model.attention.KVCache.write": "KV cache write",
     "seq2seq.model.attention.attend": "attention",
     "seq2seq.decode.search.beam_candidates": "search rules",

@@ -1,5 +1,6 @@
-"""The model: masks, attention with its KV cache, layers, the encoder-decoder Transformer, the
-loss, and the model directory that stores a trained translator on disk.
+"""The model: masks, attention with its KV cache, layers, the encoder and the decoder, the state
+of incremental decoding, the encoder-decoder Transformer, the loss, bf16 shape buckets, and the
+model directory that stores a trained translator on disk.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """

@@ -67,8 +67,8 @@ def attend(
                 dropout=dropout, need_weights=need_weights,
             )  # fmt: skip
     # A decoding step's few queries per row (1; the K beams of a sentence in cross-attention):
-    # on the CPU, SDPA's kernel takes 1.4-5x as long as two batched multiplies and a softmax
-    # there (benchmarks/profile_step.py), so such calls take the explicit path.
+    # on the CPU, SDPA's kernel is slower than two batched multiplies and a softmax there
+    # (benchmarks/profile_step.py), so such calls take the explicit path.
     small = q.size(-2) <= SMALL_QUERY and q.device.type == "cpu" and dropout == 0.0
     if not need_weights and not small:
         out = F.scaled_dot_product_attention(

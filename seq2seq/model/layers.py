@@ -31,10 +31,10 @@ def dropout(x: Tensor, p: float, training: bool) -> Tensor:
     """Inverted dropout: zero each element with probability p, scale the rest by 1/(1-p).
 
     On the CPU this draws the mask from raw random bits (two 15-bit integers per int32
-    draw) instead of F.dropout's per-element Bernoulli draw, which costs about twice as much
-    and was 7% of a training step (benchmarks/train_throughput.py). The drop probability is
-    p rounded to a multiple of 1/32768, and the scale is exact for that rounded p, so the
-    expected output still equals x. Elsewhere (CUDA) it is F.dropout.
+    draw) instead of F.dropout's slower per-element Bernoulli draw
+    (benchmarks/train_throughput.py). The drop probability is p rounded to a multiple of
+    1/32768, and the scale is exact for that rounded p, so the expected output still equals
+    x. Elsewhere (CUDA) it is F.dropout.
     """
     if not training or p == 0.0:
         return x

@@ -79,8 +79,7 @@ class _SmoothedNLL(torch.autograd.Function):
     Autograd through log_softmax, gather and mean makes four passes over the (N, V) tensor
     in the backward (the mean's gradient, the gather's zero-filled scatter, their sum, the
     log-softmax backward); the gradient itself is simple (:func:`_logit_grad_`) and is
-    computed here from the saved log-probabilities: half the time of the autograd version
-    for an (N, 8000) batch on the CPU.
+    computed here from the saved log-probabilities, in one pass.
     """
 
     @staticmethod
@@ -146,7 +145,7 @@ def projected_label_smoothed_nll(
     The (N, V) logits of a batch (125 MB for 4k tokens and 8k pieces) never exist at once:
     each chunk of ``chunk_rows`` tokens is projected, normalised and differentiated while
     its logits are still in the CPU cache, which makes the vocabulary projection and softmax
-    ~10% of a CPU training step cheaper and saves the (N, V) activations. The gradient of the
+    cheaper on the CPU and saves the (N, V) activations. The gradient of the
     loss is computed in the forward pass for the common case (backward of ``loss.sum()``
     times a constant, the NLL only logged) and exactly recomputed otherwise.
 

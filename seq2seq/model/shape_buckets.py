@@ -3,11 +3,10 @@
 Under CPU autocast to bf16 a matrix multiply runs on oneDNN, which builds (JIT-compiles) a
 kernel for each new shape and keeps it in a cache; float32 multiplies go to MKL, which
 builds nothing. Training batches hold a new number of tokens almost every step, so every
-linear layer of every step asked oneDNN for a kernel of a new shape: measured with
-``ONEDNN_VERBOSE=profile_create`` on the demo model (Intel Xeon with AMX), each such
-creation took 0.5-2 ms against 0.15-0.3 ms for running it. And SDPA's bf16 kernel runs
-one small oneDNN multiply per (sentence, head, block), ~3,300 per demo step, each a cache
-lookup of 0.01-0.04 ms; in float32 those are MKL calls.
+linear layer of every step would ask oneDNN for a kernel of a new shape, and building one
+costs several times as much as running it (``ONEDNN_VERBOSE=profile_create`` shows both).
+And SDPA's bf16 kernel runs one small oneDNN multiply per (sentence, head, block), each a
+kernel-cache lookup; in float32 those are MKL calls.
 
 So, only under CPU bf16 autocast (:func:`cpu_bf16`):
 
