@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from seq2seq.evaluate.evaluation import evaluate  # noqa: E402
-from seq2seq.train.trainer import resolve_config, train  # noqa: E402
+from seq2seq.train.run_config import resolve_config  # noqa: E402
+from seq2seq.train.trainer import train  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,8 @@ from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.model.directory import ModelDirError, load_model_dir, verify_model_dir
 from seq2seq.train.finetune import read_parent
 from seq2seq.train.module import TranslationModule
-from seq2seq.train.trainer import resolve_config, train
+from seq2seq.train.run_config import resolve_config
+from seq2seq.train.trainer import train
 
 
 def write_corpus(directory: Path, *, seed: int = 5) -> Path:

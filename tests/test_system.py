@@ -15,7 +15,9 @@ from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.translator import Translator
 from seq2seq.model.directory import load_model_dir
 from seq2seq.model.loss import label_smoothed_nll
-from seq2seq.train.module import TranslationModule, check_training_config, lr_factor, monitor_mode
+from seq2seq.train.lr_schedule import lr_factor
+from seq2seq.train.module import TranslationModule, check_training_config
+from seq2seq.train.validation import monitor_mode
 
 TINY = [
     "model.d_model=32",

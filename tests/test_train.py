@@ -23,9 +23,11 @@ from seq2seq.cli import main
 from seq2seq.config.experiment import dump_config, load_config
 from seq2seq.decode.translator import Translator
 from seq2seq.model.directory import load_model_dir, state_dict_for_saving
+from seq2seq.train.checkpointer import AtomicCheckpointIO
 from seq2seq.train.checkpoints import CheckpointError, average_checkpoints, read_checkpoint
-from seq2seq.train.module import TrainingDiverged, TranslationModule, lr_factor
-from seq2seq.train.trainer import AtomicCheckpointIO, train
+from seq2seq.train.lr_schedule import lr_factor
+from seq2seq.train.module import TrainingDiverged, TranslationModule
+from seq2seq.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[1]
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()

@@ -1,5 +1,6 @@
-"""Training: the Lightning module and the trainer, checkpoints and averaging, fine-tuning,
-precision, signal stops and the pace of a run.
+"""Training: the Lightning module with its learning-rate schedule and validation, the trainer
+with the config a run uses, its checkpoints, progress display, signal stops and pace,
+checkpoint averaging, fine-tuning, and the choice of precision.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
@@ -11,7 +12,7 @@ from seq2seq.core.exports import lazy_exports
 _HOMES = {
     "average_model_dir": "checkpoints",
     "checkpoints_to_average": "checkpoints",
-    "resolve_config": "trainer",
+    "resolve_config": "run_config",
     "train": "trainer",
 }
 __all__ = sorted(_HOMES)

@@ -29,8 +29,11 @@ if TYPE_CHECKING:
     from seq2seq.model import Seq2SeqTransformer
 
 __all__ = [
+    "BEST",
+    "CHECKPOINT_DIR",
     "CHECKPOINT_KEY",
     "CheckpointError",
+    "LAST",
     "average_checkpoints",
     "average_model_dir",
     "checkpoints_to_average",
@@ -39,6 +42,12 @@ __all__ = [
     "read_checkpoint",
 ]
 
+CHECKPOINT_DIR = "checkpoints"
+"""A run directory's checkpoints: ``stepNNNNNNNN.ckpt``, ``last.ckpt``, ``best.ckpt``."""
+LAST = "last.ckpt"
+"""The newest checkpoint (a hard link to the newest periodic one): what --resume continues."""
+BEST = "best.ckpt"
+"""The best checkpoint by ``training.val_metric``."""
 CHECKPOINT_KEY = "seq2seq"
 """Top-level key of a training checkpoint holding seq2seq's own (plain) state: the config."""
 MODEL_PREFIX = "model."
@@ -247,10 +256,10 @@ def average_model_dir(
         raise CheckpointError(f"{out} already exists; pass --force to replace it")
     if not (model_dir / CONFIG_FILE).is_file():
         raise CheckpointError(f"{model_dir / CONFIG_FILE} is missing: not a `seq2seq train` run")
-    found = periodic_checkpoints(model_dir / "checkpoints")
+    found = periodic_checkpoints(model_dir / CHECKPOINT_DIR)
     if len(found) < n:
         raise CheckpointError(
-            f"{model_dir / 'checkpoints'} has {len(found)} periodic checkpoints "
+            f"{model_dir / CHECKPOINT_DIR} has {len(found)} periodic checkpoints "
             f"(stepNNNNNNNN.ckpt), fewer than the {n} asked for"
         )
     paths = found[-n:]

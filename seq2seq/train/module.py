@@ -1,25 +1,9 @@
 """TranslationModule: the Lightning "system" around the Seq2SeqTransformer.
 
 It owns what training adds to the model: the label-smoothed loss (computed on the non-padding
-target positions only), AdamW with a per-step learning-rate schedule, the guard against
-non-finite losses, per-step metrics, and validation (loss, and BLEU / chrF with sacreBLEU on
-the detokenized greedy or beam output of the whole validation set, gathered over all ranks).
-
-Schedules (``training.schedule``; ``n`` = optimizer updates so far, 1 for the first,
-``w`` = ``training.warmup_steps``, ``lr`` = ``training.lr``):
-
-- ``inverse_sqrt`` (fairseq): ``lr * n / w`` while ``n <= w``, then ``lr * sqrt(w / n)``;
-- ``noam`` (Vaswani et al. 2017): ``lr * d_model**-0.5 * min(n**-0.5, n * w**-1.5)``, so
-  ``lr`` is Noam's scale factor (1-2), not the peak rate;
-- ``constant``: ``lr * min(1, n / w)`` (linear warmup, then constant);
-- ``linear``: linear warmup, then a straight line from ``lr`` down to ``training.min_lr`` at
-  update ``T = training.max_steps``: ``min_lr + (lr - min_lr) * (1 - p)`` with
-  ``p = (n - w) / (T - w)``;
-- ``cosine``: linear warmup, then half a cosine from ``lr`` to ``min_lr`` at ``T``:
-  ``min_lr + (lr - min_lr) * (1 + cos(pi * p)) / 2``.
-
-The two decaying schedules end at ``max_steps``: a run they fit is bounded by updates (a
-``max_time`` that stops it earlier leaves the rate above ``min_lr``).
+target positions only), AdamW with a per-update learning-rate schedule
+(:mod:`seq2seq.train.lr_schedule`), the guard against non-finite losses, per-step metrics, the
+state a checkpoint adds, and validation (:mod:`seq2seq.train.validation`).
 
 Normalization (as in fairseq): each micro-batch's backward runs on its *summed* token losses,
 and before the update the accumulated gradient is divided by the target tokens of the whole
@@ -38,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from collections.abc import Callable
 
 import pytorch_lightning as pl
 import torch
@@ -52,8 +35,8 @@ from seq2seq.config import (
     config_to_dict,
     model_data_changes,
 )
-from seq2seq.core import UserError, keep_freed_memory, printable
-from seq2seq.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from seq2seq.core import UserError, keep_freed_memory
+from seq2seq.data import PAD_ID
 from seq2seq.model import (
     LossOutput,
     Seq2SeqTransformer,
@@ -62,21 +45,13 @@ from seq2seq.model import (
     projected_label_smoothed_nll,
 )
 from seq2seq.train.checkpoints import CHECKPOINT_KEY
+from seq2seq.train.distributed import world_size
+from seq2seq.train.lr_schedule import DECAYING, SCHEDULES, lr_factor
+from seq2seq.train.validation import VAL_METHODS, VAL_METRICS, ValidationMixin
 
-__all__ = [
-    "SCHEDULES",
-    "TrainingDiverged",
-    "TranslationModule",
-    "check_training_config",
-    "lr_factor",
-    "monitor_mode",
-]
+__all__ = ["TrainingDiverged", "TranslationModule", "check_training_config"]
 
-SCHEDULES = ("inverse_sqrt", "noam", "constant", "linear", "cosine")
-DECAYING = ("linear", "cosine")  # schedules that end at training.max_steps
 PRECISIONS = ("32", "bf16-mixed", "16-mixed", "auto")  # auto: seq2seq/train/precision.py
-VAL_METRICS = ("bleu", "chrf", "loss")
-VAL_METHODS = ("greedy", "beam")
 
 
 class TrainingDiverged(UserError):
@@ -138,64 +113,6 @@ def check_training_config(cfg: ExperimentConfig) -> None:
         )
 
 
-def lr_factor(
-    schedule: str,
-    *,
-    warmup_steps: int,
-    d_model: int,
-    max_steps: int = 0,
-    min_ratio: float = 0.0,
-) -> Callable[[int], float]:
-    """The schedule as ``f(k) -> factor of training.lr`` for LambdaLR.
-
-    LambdaLR calls ``f(k)`` with ``k`` = scheduler steps taken so far (0 before the first
-    update); the update that follows is the ``n = k + 1``-th (see the module docstring).
-    ``max_steps`` and ``min_ratio`` (``min_lr / lr``) shape ``linear`` and ``cosine``.
-    """
-    w = max(warmup_steps, 1)
-    if schedule in DECAYING:
-        if max_steps <= warmup_steps:
-            raise ConfigError(
-                f"training.schedule {schedule} needs training.max_steps ({max_steps}) above "
-                f"training.warmup_steps ({warmup_steps})"
-            )
-        span = max_steps - warmup_steps
-        shape = (lambda p: 1.0 - p) if schedule == "linear" else (
-            lambda p: 0.5 * (1.0 + math.cos(math.pi * p))
-        )  # fmt: skip
-
-        def f(k: int) -> float:
-            n = k + 1
-            if n <= warmup_steps:
-                return n / w
-            p = min(1.0, (n - warmup_steps) / span)
-            return min_ratio + (1.0 - min_ratio) * shape(p)
-
-        return f
-    if schedule == "inverse_sqrt":
-
-        def f(k: int) -> float:
-            n = k + 1
-            return n / w if n <= w else math.sqrt(w / n)
-
-    elif schedule == "noam":
-
-        def f(k: int) -> float:
-            n = k + 1
-            return d_model**-0.5 * min(n**-0.5, n * w**-1.5)
-
-    elif schedule == "constant":
-
-        def f(k: int) -> float:
-            return min(1.0, (k + 1) / w)
-
-    else:
-        raise ConfigError(
-            f"training.schedule is {schedule!r}; expected one of {', '.join(SCHEDULES)}"
-        )
-    return f
-
-
 def _adamw(groups: list[dict], t: TrainingConfig, *, fused: bool) -> torch.optim.AdamW:
     """AdamW whose update runs as one fused kernel over all parameters (``fused=True``).
 
@@ -232,21 +149,12 @@ def _fused_loss_dtype(hidden: Tensor) -> torch.dtype | None:
     return None
 
 
-def monitor_mode(metric: str) -> str:
-    """``max`` for BLEU and chrF, ``min`` for the loss."""
-    return "min" if metric == "loss" else "max"
-
-
 def _batch_seed(seed: int, epoch: int, batch_idx: int, rank: int) -> int:
     digest = hashlib.blake2b(f"{seed}:{epoch}:{batch_idx}:{rank}".encode(), digest_size=8)
     return int.from_bytes(digest.digest(), "little") >> 1
 
 
-def _world() -> int:
-    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-
-
-class TranslationModule(pl.LightningModule):
+class TranslationModule(ValidationMixin, pl.LightningModule):
     """Training and validation of a :class:`~seq2seq.model.transformer.Seq2SeqTransformer`.
 
     The model is built from ``cfg.model`` either here (when the vocabulary sizes are given)
@@ -460,7 +368,7 @@ class TranslationModule(pl.LightningModule):
     def on_before_optimizer_step(self, optimizer) -> None:
         """Skip a non-finite update (consistently on every rank), log the step's metrics."""
         t = self.cfg.training
-        world = _world()
+        world = world_size()
         flag = torch.tensor([1.0 if self._local_nonfinite else 0.0], device=self.device)
         acc = self._acc if self._acc is not None else torch.zeros(3, device=self.device)
         if world > 1:  # one small all-reduce: the global loss and the any-rank flag
@@ -510,106 +418,6 @@ class TranslationModule(pl.LightningModule):
                 f"{t.max_nonfinite}). The last checkpoint, from before, is kept: lower "
                 "training.lr, raise training.warmup_steps or set training.clip_norm"
             )
-
-    # ---- validation --------------------------------------------------------------------------
-
-    def on_validation_epoch_start(self) -> None:
-        self._val_sums = torch.zeros(3, device=self.device)
-        self._val_hyps = {}
-
-    def validation_step(self, batch, batch_idx: int) -> None:
-        out = self.compute_loss(batch.src_ids, batch.tgt_ids)
-        self._val_sums += torch.stack(
-            [out.loss.float(), out.nll.float(), out.loss.new_tensor(float(out.n_tokens))]
-        )
-        if self.tokenizer is None or self.valid_ref_text is None:
-            return
-        hyps = self.translate_batch(batch.src_ids)
-        for i, text in zip(batch.index.tolist(), hyps):
-            self._val_hyps[int(i)] = text
-
-    @torch.no_grad()
-    def translate_batch(self, src_ids: Tensor) -> list[str]:
-        """Detokenized translations of a (B, S) padded source batch (``training.val_method``).
-
-        Always in float32, as the exported model translates: under Lightning's autocast
-        (``cache_enabled=False``, and the engine's inference mode caches no casts either)
-        every decoding step would cast every weight to bf16 again.
-        """
-        with torch.autocast(src_ids.device.type, enabled=False):
-            return self._translate_batch(src_ids)
-
-    def _translate_batch(self, src_ids: Tensor) -> list[str]:
-        from seq2seq.decode import SearchOptions, TorchEngine
-
-        opts = SearchOptions.from_config(
-            self.cfg.decoding, method=self.cfg.training.val_method, nbest=1
-        )
-        engine = TorchEngine(
-            self.model,
-            device=src_ids.device,
-            pad_id=PAD_ID,
-            bos_id=BOS_ID,
-            eos_id=EOS_ID,
-            unk_id=UNK_ID,
-        )
-        rows = [row[row.ne(PAD_ID)].tolist() for row in src_ids]
-        nbest = engine.translate_ids(rows, opts)
-        return self.tokenizer.decode_tgt([hyps[0].tokens for hyps in nbest])
-
-    def _gather_hyps(self) -> dict[int, str]:
-        if _world() == 1:
-            return dict(self._val_hyps)
-        parts: list[dict[int, str] | None] = [None] * _world()
-        dist.all_gather_object(parts, self._val_hyps)
-        merged: dict[int, str] = {}
-        for part in parts:
-            merged.update(part or {})
-        return merged
-
-    def on_validation_epoch_end(self) -> None:
-        """Loss over all ranks; BLEU / chrF once over the whole validation set."""
-        from seq2seq.evaluate import score_corpus
-
-        sums = self._val_sums if self._val_sums is not None else torch.zeros(3, device=self.device)
-        if _world() > 1:
-            sums = sums.clone()
-            dist.all_reduce(sums)
-        loss_sum, nll_sum, tokens = (float(x) for x in sums.tolist())
-        tokens = max(tokens, 1.0)
-        self.log("val/loss", loss_sum / tokens, sync_dist=True)
-        self.log("val/nll", nll_sum / tokens, sync_dist=True)
-        self.log("val/ppl", math.exp(min(nll_sum / tokens, 50.0)), sync_dist=True)
-        # minutes of training when this validation ran (for BLEU-against-time curves)
-        self.log("val/wall_min", self.wall_seconds() / 60.0, sync_dist=True)
-        if self.tokenizer is None or self.valid_ref_text is None:
-            return
-        hyps = self._gather_hyps()  # every rank gets all of them: same scores everywhere
-        if not hyps:
-            return
-        order = sorted(hyps)
-        scores = score_corpus([hyps[i] for i in order], [self.valid_ref_text[i] for i in order])
-        self.log("val/bleu", scores["bleu"], sync_dist=True)
-        self.log("val/chrf", scores["chrf"], sync_dist=True)
-        if self.trainer.sanity_checking:
-            return
-        if not self._signature_shown:
-            self._signature_shown = True
-            self.print(f"validation BLEU: {scores['bleu_signature']}")
-            self.print(f"validation chrF: {scores['chrf_signature']}")
-        lines = [
-            f"step {self.global_step}: val loss {loss_sum / tokens:.3f}, BLEU {scores['bleu']:.2f}, "
-            f"chrF {scores['chrf']:.2f} ({len(order)} sentences)"
-        ]
-        for i in order[: self.cfg.training.val_samples]:  # escaped: no raw control characters
-            if self.valid_src_text is not None:
-                lines.append(f"  SRC {printable(self.valid_src_text[i])}")
-            lines.append(f"  REF {printable(self.valid_ref_text[i])}")
-            lines.append(f"  HYP {printable(hyps[i])}")
-        self.print("\n".join(lines))
-
-    def on_validation_end(self) -> None:
-        self._tick = None  # tokens/second measures training only
 
     # ---- checkpoints -------------------------------------------------------------------------
 

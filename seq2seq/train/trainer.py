@@ -18,7 +18,7 @@ Checkpoints are written atomically (temporary file, fsync, rename), hold only te
 plain values, and are read back with ``torch.load(weights_only=True)``. A periodic checkpoint
 is written every ``training.save_every_steps`` updates (default: every ``val_every_steps``),
 after the validation of that step when there is one; ``last.ckpt`` is a hard link to the
-newest.
+newest (:mod:`seq2seq.train.checkpointer`).
 
 Exact resume: ``seq2seq train --resume DIR`` continues from ``DIR/checkpoints/last.ckpt``
 with the model, optimizer, schedule, early-stopping state and data position (epoch and
@@ -26,7 +26,8 @@ batches consumed in it; the batch sampler skips them) of the checkpoint, and the
 dropout seeds of :mod:`seq2seq.train.module`: a run killed at step k and resumed logs the same
 losses as one that was never interrupted (in deterministic mode, up to float noise).
 ``--resume`` reads ``DIR/config.yaml``; overrides may change the training section (e.g. a
-larger ``training.max_steps``) but not the model or data sections.
+larger ``training.max_steps``) but not the model or data sections
+(:func:`seq2seq.train.run_config.resolve_config`).
 
 Distributed training (Lightning DDP; each rank reads its own shard of the batches, and
 validation BLEU is computed once over the whole validation set)::
@@ -61,355 +62,31 @@ the data and the checkpoints; the other ranks read them). ``--resume`` works the
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
 import sys
-import time
 import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
 import torch
-from pytorch_lightning.callbacks import Checkpoint, EarlyStopping, Timer, TQDMProgressBar
-from pytorch_lightning.callbacks.progress.tqdm_progress import _update_n
-from pytorch_lightning.plugins.io import TorchCheckpointIO
+from pytorch_lightning.callbacks import EarlyStopping
 
-from seq2seq.config import (
-    ExperimentConfig,
-    apply_overrides,
-    dump_config,
-    load_config,
-    model_data_changes,
-)
+from seq2seq.config import ExperimentConfig, dump_config
 from seq2seq.core import Stopped, UserError, atomic_open
+from seq2seq.model import CONFIG_FILE
+from seq2seq.train.checkpointer import AtomicCheckpointIO, Checkpointer
 from seq2seq.train.checkpoints import (
+    BEST,
+    CHECKPOINT_DIR,
+    LAST,
     average_checkpoints,
     checkpoints_to_average,
     model_for_run,
-    periodic_checkpoints,
-    read_checkpoint,
 )
 from seq2seq.train.pace_watch import PaceWatch
 from seq2seq.train.precision import resolve_precision
+from seq2seq.train.progress import StepProgressBar, TextProgress
 
-__all__ = [
-    "AtomicCheckpointIO",
-    "Checkpointer",
-    "StepProgressBar",
-    "TextProgress",
-    "export_weights",
-    "resolve_config",
-    "train",
-]
-
-CONFIG_FILE = "config.yaml"
-CHECKPOINT_DIR = "checkpoints"
-LAST = "last.ckpt"
-BEST = "best.ckpt"
-
-
-# ---------------------------------------------------------------------------------------------
-# Checkpoint files
-
-
-class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning checkpoint I/O that never leaves a half-written file, and loads safely.
-
-    Saving writes a temporary sibling, fsyncs it and renames it over the target, so a crash
-    or kill while saving leaves the previous checkpoint intact. Loading always uses
-    ``torch.load(weights_only=True)``: a checkpoint that would need unsafe unpickling is a
-    :class:`~seq2seq.train.checkpoints.CheckpointError`.
-    """
-
-    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
-        if storage_options is not None:
-            raise TypeError("AtomicCheckpointIO does not take storage_options")
-        with atomic_open(Path(path), "wb") as f:
-            torch.save(checkpoint, f)
-
-    def load_checkpoint(self, path, map_location=None, weights_only=None) -> dict:
-        return read_checkpoint(path)
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    """Make ``dst`` a hard link to ``src`` (a copy where links are impossible), atomically."""
-    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    try:
-        os.link(src, tmp)
-    except OSError:
-        shutil.copyfile(src, tmp)
-    os.replace(tmp, dst)
-
-
-class Checkpointer(Checkpoint):
-    """Periodic, last and best checkpoints for exact resume and averaging.
-
-    - every ``save_every`` updates: ``stepNNNNNNNN.ckpt`` (written after that step's
-      validation, if it has one, so that it holds the validation's early-stopping and
-      best-score state), and ``last.ckpt`` linked to it; only the newest ``keep_last``
-      periodic checkpoints are kept;
-    - after a validation that improves ``monitor``: ``best.ckpt``;
-    - at the end of training (max steps, early stop, time limit): a final periodic one.
-
-    Its state (best score and step) is saved in the checkpoints and restored on resume.
-    Lightning orders :class:`Checkpoint` callbacks last, so early stopping has updated its
-    own state before a checkpoint is written.
-    """
-
-    def __init__(
-        self, *, dirpath: str | Path, save_every: int, keep_last: int, monitor: str, mode: str
-    ) -> None:
-        self.dirpath = Path(dirpath)
-        self.save_every = save_every
-        self.keep_last = keep_last
-        self.monitor = monitor
-        self.mode = mode
-        self.best_score: float | None = None
-        self.best_step = -1
-        self.last_saved_step = -1
-
-    @property
-    def state_key(self) -> str:
-        return "Checkpointer"
-
-    def state_dict(self) -> dict:
-        return {"best_score": self.best_score, "best_step": self.best_step}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        self.best_score = state_dict.get("best_score")
-        self.best_step = int(state_dict.get("best_step", -1))
-
-    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if trainer.is_global_zero:
-            self.dirpath.mkdir(parents=True, exist_ok=True)
-            for stale in self.dirpath.glob(".*.tmp"):  # left by a kill while writing
-                with contextlib.suppress(OSError):
-                    stale.unlink()
-
-    def save_now(self, trainer: pl.Trainer) -> None:
-        """A periodic checkpoint of the current step, unless there is one (a SIGTERM stop)."""
-        if 0 < trainer.global_step != self.last_saved_step:
-            self._save_periodic(trainer)
-
-    def _improved(self, score: float) -> bool:
-        if self.best_score is None:
-            return True
-        return score > self.best_score if self.mode == "max" else score < self.best_score
-
-    def _save_periodic(self, trainer: pl.Trainer) -> Path:
-        step = trainer.global_step
-        path = self.dirpath / f"step{step:08d}.ckpt"
-        trainer.save_checkpoint(path, weights_only=False)  # all ranks call; rank 0 writes
-        self.last_saved_step = step
-        if trainer.is_global_zero:
-            _link_or_copy(path, self.dirpath / LAST)
-            for old in periodic_checkpoints(self.dirpath)[: -self.keep_last]:
-                with contextlib.suppress(FileNotFoundError):
-                    old.unlink()
-        trainer.strategy.barrier("Checkpointer")
-        return path
-
-    @staticmethod
-    def _validation_follows(trainer: pl.Trainer) -> bool:
-        """Whether Lightning validates right after this training batch.
-
-        Two rules of Lightning's ``_should_check_val_fx``: every ``val_check_batch`` batches,
-        and once more when a callback (the ``max_time`` Timer) has asked the run to stop.
-        """
-        every = trainer.val_check_batch
-        if not trainer.enable_validation or not isinstance(every, int) or every < 1:
-            return False
-        if trainer.should_stop and trainer.fit_loop._can_stop_early:
-            return True
-        return (trainer.fit_loop.epoch_loop.total_batch_idx + 1) % every == 0
-
-    def _due(self, trainer: pl.Trainer) -> bool:
-        """A periodic step, or the last one (max_steps reached, or a callback stops the run).
-
-        Saving the last step here, while Lightning is still inside the epoch, lets a run
-        that is resumed with a larger ``max_steps`` continue exactly.
-        """
-        step = trainer.global_step
-        if step == 0 or step == self.last_saved_step:
-            return False
-        last = trainer.max_steps is not None and 0 < trainer.max_steps <= step
-        return step % self.save_every == 0 or last or trainer.should_stop
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if not self._due(trainer):
-            return
-        if self._validation_follows(trainer):
-            return  # saved in on_validation_end, with the validation's state
-        self._save_periodic(trainer)
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        if trainer.sanity_checking or trainer.state.fn != "fit":
-            return
-        step = trainer.global_step
-        value = trainer.callback_metrics.get(self.monitor)
-        new_best = value is not None and self._improved(float(value))
-        if new_best:
-            self.best_score, self.best_step = float(value), step
-        saved = self._save_periodic(trainer) if self._due(trainer) else None
-        if new_best:
-            if saved is not None:
-                if trainer.is_global_zero:
-                    _link_or_copy(saved, self.dirpath / BEST)
-                trainer.strategy.barrier("Checkpointer best")
-            else:
-                trainer.save_checkpoint(self.dirpath / BEST, weights_only=False)
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        if trainer.global_step > 0 and trainer.global_step != self.last_saved_step:
-            self._save_periodic(trainer)
-
-
-# ---------------------------------------------------------------------------------------------
-# Progress display
-
-
-def _short_metrics(metrics: dict) -> dict:
-    out = {}
-    for key, value in metrics.items():
-        if key == "v_num":
-            continue
-        out[key.removeprefix("train/")] = value
-    return out
-
-
-class StepProgressBar(TQDMProgressBar):
-    """Lightning's TQDM bar counting updates towards ``max_steps`` (hence a run-wide ETA).
-
-    The postfix shows the step's loss, perplexity, learning rate and target tokens per
-    second. Without a step limit it is Lightning's per-epoch bar.
-    """
-
-    def on_train_epoch_start(self, trainer, *args) -> None:
-        if trainer.max_steps is None or trainer.max_steps < 1:
-            return super().on_train_epoch_start(trainer, *args)
-        bar = self.train_progress_bar
-        if bar.total != trainer.max_steps:
-            bar.reset(total=trainer.max_steps)
-            bar.initial = trainer.global_step  # rate and ETA from this launch's progress
-        _update_n(bar, trainer.global_step)
-        bar.set_description(f"Epoch {trainer.current_epoch}")
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.max_steps is None or trainer.max_steps < 1:
-            return super().on_train_batch_end(trainer, pl_module, outputs, batch, batch_idx)
-        n = trainer.global_step
-        bar = self.train_progress_bar
-        if bar is not None and self._should_update(n, bar.total):
-            _update_n(bar, n)
-            bar.set_postfix(self.get_metrics(trainer, pl_module))
-
-    def get_metrics(self, trainer, pl_module) -> dict:
-        return _short_metrics(super().get_metrics(trainer, pl_module))
-
-
-class TextProgress(pl.Callback):
-    """One line every ``every`` updates, for logs that are not a terminal (SLURM, CI).
-
-    ``step 1200/10000 loss 3.214 ppl 21.5 lr 4.1e-04 tok_s 12345 eta 0:12:34``
-    """
-
-    def __init__(self, *, every: int) -> None:
-        self.every = max(1, every)
-        self._start: tuple[float, int] | None = None
-        self._last = -1
-
-    def on_train_start(self, trainer, pl_module) -> None:
-        self._start = (time.monotonic(), trainer.global_step)
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        step = trainer.global_step
-        if step == self._last or step % self.every or not trainer.is_global_zero:
-            return
-        self._last = step
-        metrics = _short_metrics(trainer.progress_bar_metrics)
-        parts = [f"step {step}" + (f"/{trainer.max_steps}" if trainer.max_steps > 0 else "")]
-        for key in ("loss", "ppl", "lr", "tok_s"):
-            if key in metrics:
-                value = float(metrics[key])
-                parts.append(f"{key} {value:.2e}" if key == "lr" else f"{key} {value:.4g}")
-        if self._start is not None and trainer.max_steps > 0 and step > self._start[1]:
-            rate = (time.monotonic() - self._start[0]) / (step - self._start[1])
-            eta = int(rate * (trainer.max_steps - step))
-            for cb in trainer.callbacks:  # training.max_time may end the run sooner
-                if isinstance(cb, Timer) and cb.time_remaining("train") is not None:
-                    eta = min(eta, int(cb.time_remaining("train")))
-            parts.append(f"eta {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
-        print(" ".join(parts), file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------------------------------------
-# Config for a new run or a resumed one
-
-
-def resolve_config(
-    out_dir: str | Path,
-    *,
-    resume: bool,
-    config_path: str | Path | None = None,
-    overrides: list[str] | None = None,
-    init_from: str | Path | None = None,
-) -> ExperimentConfig:
-    """The config of a new run (``--config`` + overrides) or of a resumed one.
-
-    A new run with ``init_from`` (or ``training.init_from``) is fine-tuned from that model
-    directory: :func:`seq2seq.train.finetune.resolve_init_config` gives its config.
-
-    Resuming reads ``DIR/config.yaml``; overrides (or a ``--config``) may change the training,
-    decoding and export sections, never the model or data sections.
-
-    Raises:
-        UserError: no config for a new run; nothing to resume; a model or data change on
-            resume (the changed keys named).
-    """
-    out_dir = Path(out_dir)
-    overrides = list(overrides or [])
-    if not resume:
-        if config_path is None and init_from is None:
-            raise UserError(
-                "give --config FILE, --init-from MODEL_DIR (fine-tune), or --resume DIR"
-            )
-        cfg = load_config(config_path, overrides) if config_path is not None else None
-        parent = init_from or (cfg.training.init_from if cfg is not None else None)
-        if parent is None:
-            return cfg
-        from seq2seq.train.finetune import resolve_init_config
-
-        return resolve_init_config(parent, config_path=config_path, overrides=overrides)
-    if init_from is not None:
-        raise UserError("give either --init-from (a new run) or --resume DIR, not both")
-    saved_path = out_dir / CONFIG_FILE
-    if not saved_path.is_file():
-        raise UserError(f"nothing to resume: {saved_path} is missing")
-    if not (out_dir / CHECKPOINT_DIR / LAST).is_file():
-        raise UserError(f"nothing to resume: {out_dir / CHECKPOINT_DIR / LAST} is missing")
-    saved = load_config(saved_path)
-    requested = (
-        load_config(config_path, overrides)
-        if config_path is not None
-        else apply_overrides(saved, overrides)
-    )
-    changes = model_data_changes(saved, requested)
-    if changes:
-        shown = ", ".join(changes[:3]) + (
-            f" and {len(changes) - 3} more" if len(changes) > 3 else ""
-        )
-        raise UserError(
-            f"--resume {out_dir}: the model and data of a run cannot change, but {shown} "
-            f"differ from {saved_path}; start a new run with --out instead"
-        )
-    return requested
-
-
-# ---------------------------------------------------------------------------------------------
-# The driver
+__all__ = ["export_weights", "train"]
 
 
 def _devices(value: str) -> int | str:
@@ -493,8 +170,9 @@ def train(
     """
     from seq2seq.core import check_accelerator, check_paths, check_strategy
     from seq2seq.data import TranslationDataModule
-    from seq2seq.train.module import TranslationModule, check_training_config, monitor_mode
+    from seq2seq.train.module import TranslationModule, check_training_config
     from seq2seq.train.stopping import SignalStop, stopped
+    from seq2seq.train.validation import monitor_mode
 
     check_training_config(cfg)
     t = cfg.training
