@@ -1,4 +1,5 @@
-"""Building blocks: token embeddings, positions, feed-forward, encoder and decoder layers."""
+"""Building blocks: token embeddings, positions, dropout, feed-forward, encoder and decoder
+layers."""
 
 from __future__ import annotations
 

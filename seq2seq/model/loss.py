@@ -1,4 +1,5 @@
-"""Label-smoothed cross-entropy over the target vocabulary, padding ignored."""
+"""Label-smoothed cross-entropy over the target vocabulary, padding ignored; on the CPU fused
+with the output projection, chunk by chunk (:func:`projected_label_smoothed_nll`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from torch import Tensor
 
 from seq2seq.model.shape_buckets import padded_rows
 
-__all__ = ["LossOutput", "label_smoothed_nll", "target_log_probs"]
+__all__ = [
+    "LossOutput",
+    "label_smoothed_nll",
+    "projected_label_smoothed_nll",
+    "target_log_probs",
+]
 
 
 @dataclass

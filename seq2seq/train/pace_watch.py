@@ -1,9 +1,8 @@
 """The expected duration of a run bounded by updates, and one warning when it runs slow.
 
-A config sized for a machine (``make demo``: 1,200 updates, about 12 minutes on 2 cores) says
-so in ``training.expected_step_s``, seconds per update there (and ``training.expected_machine``);
-the estimate is that times the updates to run, so it follows a ``max_steps`` override or a
-resume. :class:`PaceWatch` prints it when training starts and, once enough updates have run
+A config sized for a machine (``make demo``'s) says so in ``training.expected_step_s``,
+seconds per update there (and ``training.expected_machine``); the estimate is that times the
+updates to run, so it follows a ``max_steps`` override or a resume. :class:`PaceWatch` prints it when training starts and, once enough updates have run
 to tell, warns a single time when the run is on course to take much longer (``slow_factor``
 times the estimate): another job sharing the cores, fewer threads, a slower CPU. The warning
 changes nothing else: a run bounded by updates gives the same model, only later (unless a

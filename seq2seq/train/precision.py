@@ -4,11 +4,11 @@ On the CPU, bf16 pays only with bf16 instructions (AVX512_BF16, or AMX's tiles):
 a bf16 multiply is emulated and slower than float32. :func:`resolve_precision` picks
 ``bf16-mixed`` when the CPU's flags (``/proc/cpuinfo``) name ``avx512_bf16`` or ``amx_bf16``
 *and* a short probe (the model's own training step, forward and backward, on synthetic
-batches of its configured size in four shapes: about 10 seconds) measures bf16-mixed at
-least ``min_speedup`` times as fast as float32 on this machine, with these threads;
-otherwise ``32``. (A probe of the large multiplies alone measured 2-3x on AVX512_BF16 where
-a Transformer-Tiny step runs slower in bf16: small models are bound by their many small ops.)
-On a GPU it picks ``bf16-mixed`` where the GPU supports bf16.
+batches of its configured size in four shapes) measures bf16-mixed at least
+``min_speedup`` times as fast as float32 on this machine, with these threads; otherwise
+``32``. The large multiplies alone are no guide: they can gain in bf16 where a small model's
+whole step, bound by its many small ops, loses. On a GPU it picks ``bf16-mixed`` where the
+GPU supports bf16.
 
 The choice depends on the machine, so ``auto`` is not for runs that must give the same model
 everywhere (``make demo`` states ``32``).
@@ -69,14 +69,20 @@ def bf16_speedup(
     its own size, so what is timed is what training runs (a small model's many small ops, its
     layer norms and its loss included, not only the large multiplies), and a batch of another
     shape at each call, cycling through ``reps`` shapes, since training's batches vary in
-    shape and bf16's kernels are fast on some shapes only (measured on an Intel Xeon with
-    AMX, the demo model, before seq2seq.model.shape_buckets: 1.23x at one sentence length, 1.02x
-    over twelve lengths, 0.82x in whole training steps; with it, this probe 1.69x for the
-    demo model and 1.43x for Transformer-Tiny, whole steps 1.72x and 1.33x). Each precision
+    shape and bf16's kernels are fast on some shapes only (a probe of one shape overstates
+    the gain; :mod:`seq2seq.model.shape_buckets` keeps the shapes few). Each precision
     runs one untimed round to warm up (oneDNN builds its kernels per shape on first use),
     then ``rounds`` rounds of ``reps`` steps, alternating; the best round counts. bf16-mixed
     is the forward under CPU autocast to bf16 and the backward outside it, as Lightning runs
-    it. Above 1: bf16-mixed is faster.
+    it.
+
+    Args:
+        forward: one training step's forward on the next probe batch; returns its loss.
+        rounds: timed rounds per precision (the best one counts).
+        reps: steps per round (one cycle of the probe's shapes).
+
+    Returns:
+        float32 time / bf16-mixed time; above 1, bf16-mixed is faster.
     """
 
     def step(bf16: bool) -> None:

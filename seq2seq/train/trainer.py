@@ -37,13 +37,13 @@ validation BLEU is computed once over the whole validation set)::
         training.accelerator=gpu training.devices=4 training.strategy=ddp
 
     # the same through torchrun (one process per GPU; Lightning reads torchrun's variables)
-    torchrun --standalone --nproc_per_node=4 -m seq2seq.cli.command train \\
+    torchrun --standalone --nproc_per_node=4 -m seq2seq.cli train \\
         --config configs/wmt14_big.yaml --out runs/big \\
         training.accelerator=gpu training.devices=4 training.strategy=ddp
 
     # several machines with torchrun: run on each node (NODE = 0, 1, ...)
     torchrun --nnodes=2 --nproc_per_node=4 --node_rank=NODE \\
-        --master_addr=HOST0 --master_port=29500 -m seq2seq.cli.command train \\
+        --master_addr=HOST0 --master_port=29500 -m seq2seq.cli train \\
         --config configs/wmt14_big.yaml --out runs/big \\
         training.accelerator=gpu training.devices=4 training.num_nodes=2 training.strategy=ddp
 
