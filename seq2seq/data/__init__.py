@@ -15,9 +15,9 @@ _HOMES = {
     "Tokenizer": "tokenizer",
     "TranslationDataModule": "datamodule",
     "UNK_ID": "tokenizer",
-    "get_corpus": "corpora",
-    "list_corpora": "corpora",
-    "prepare_corpus": "corpora",
+    "get_corpus": "registry",
+    "list_corpora": "registry",
+    "prepare_corpus": "prepare",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

@@ -6,7 +6,7 @@ from here: ``PAD_ID = 0``, ``UNK_ID = 1``, ``BOS_ID = 2``, ``EOS_ID = 3``.
 A tokenizer directory holds either one joint model ``spm.model`` (source and target share a
 vocabulary, which shared embeddings need) or two models ``spm.src.model`` and ``spm.tgt.model``.
 Encoding returns pieces only; adding BOS/EOS is the collate function's job
-(:func:`seq2seq.data.parallel.collate`).
+(:func:`seq2seq.data.batching.collate`).
 """
 
 from __future__ import annotations
