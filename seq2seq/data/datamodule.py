@@ -3,7 +3,7 @@
 Everything it makes lives in the experiment's ``work_dir``::
 
     work_dir/spm.model                    (or spm.src.model + spm.tgt.model)
-    work_dir/data/text/{split}.{lang}     plain-text splits (registered corpora only)
+    work_dir/data/text/{split}.{lang}     plain-text splits (prepared, or a TSV's columns)
     work_dir/data/train/, data/valid/     binarized token stores (seq2seq.data.store.TokenStore)
 
 :meth:`~TranslationDataModule.prepare_data` (run once per node by Lightning; one process at a

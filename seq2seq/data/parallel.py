@@ -46,7 +46,7 @@ def _open_binary(path: Path) -> BinaryIO:
 
 
 def count_lines(path: str | Path) -> int:
-    """Number of lines (``\\n``-terminated, plus a final unterminated one) of a plain or gzip file."""
+    """Lines (``\\n``-terminated, plus a final unterminated one) of a plain or gzip file."""
     lines, last = 0, b"\n"
     with _open_binary(Path(path)) as f:
         while chunk := f.read(_CHUNK):

@@ -391,7 +391,7 @@ def list_sources() -> list[Source]:
 
 
 def get_corpus(name: str) -> Corpus:
-    """The registered corpus ``name``; an unknown name is a :class:`UserError` listing the known ones."""
+    """The registered corpus ``name``; an unknown name is a :class:`UserError` listing them all."""
     try:
         return _REGISTRY[name]
     except KeyError:

@@ -90,7 +90,7 @@ class CleanCorpus:
 
 @dataclass(frozen=True)
 class EveryNth:
-    """``awk 'NR%N == 0'`` (``keep=True``) or ``awk 'NR%N != 0'`` (``keep=False``) over the pairs."""
+    """``awk 'NR%N == 0'`` (``keep=True``) or ``awk 'NR%N != 0'`` (``keep=False``) on the pairs."""
 
     n: int
     keep: bool

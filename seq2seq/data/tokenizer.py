@@ -58,7 +58,7 @@ def model_files(directory: str | Path, *, joint: bool) -> list[Path]:
 
 
 def _sentences(path: Path) -> Iterator[str]:
-    """Non-blank lines of a (possibly gzipped) UTF-8 file, split on ``\\n`` only, ``\\r`` stripped."""
+    """Non-blank lines of a (maybe gzipped) UTF-8 file, split on ``\\n`` only, ``\\r`` stripped."""
     with open(path, "rb") as raw:
         gz = raw.read(2) == b"\x1f\x8b"
     opener = gzip.open if gz else open
