@@ -38,7 +38,6 @@ __all__ = [
     "default_mirror",
     "download",
     "fetch",
-    "mirror_candidates",
 ]
 
 _CHUNK = 1 << 20
@@ -206,7 +205,7 @@ def _verify(path: Path, *, sha256: str | None, md5: str | None, what: str, after
         )
 
 
-def mirror_candidates(corpus: Corpus, file: RemoteFile, mirror: Path) -> list[Path]:
+def _mirror_candidates(corpus: Corpus, file: RemoteFile, mirror: Path) -> list[Path]:
     """Where a mirror may hold ``file``: ``ROOT/<source>/PATH`` (a root), then ``DIR/PATH``."""
     return [Path(mirror) / corpus.file_source(file).name / file.path, Path(mirror) / file.path]
 
@@ -229,7 +228,7 @@ def fetch(corpus: Corpus, file: RemoteFile, *, cache_dir: Path, mirror: Path | N
         ChecksumError: The mirror's copy or the download has another checksum.
     """
     if mirror is not None:
-        candidates = mirror_candidates(corpus, file, Path(mirror))
+        candidates = _mirror_candidates(corpus, file, Path(mirror))
         for path in candidates:
             if path.is_file():
                 _verify(path, sha256=file.sha256, md5=file.md5, what=str(path), after="; not used")
