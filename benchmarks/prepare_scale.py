@@ -79,9 +79,11 @@ def _peak_mib() -> float:
 
 def run_one(n: int, work: Path, vocab_size: int) -> dict:
     """The timed pipeline for one size (run in its own process)."""
+    from seq2seq.data.batching import TokenBucketSampler, collate
     from seq2seq.data.cleaning import CleaningRules
-    from seq2seq.data.corpora import Corpus, Part, RemoteFile, prepare_corpus
-    from seq2seq.data.parallel import TokenBucketSampler, TokenStore, build_store, collate
+    from seq2seq.data.corpus import Corpus, Part, RemoteFile
+    from seq2seq.data.prepare import prepare_corpus
+    from seq2seq.data.store import TokenStore, build_store
     from seq2seq.data.tokenizer import ensure_tokenizer
 
     root = work / f"mirror-{n}"

@@ -13,7 +13,7 @@ import pytorch_lightning as pl
 import torch
 
 from seq2seq.config.experiment import load_config
-from seq2seq.data.parallel import Batch, collate
+from seq2seq.data.batching import Batch, collate
 from seq2seq.train.module import TranslationModule
 
 TINY = [

@@ -10,7 +10,8 @@ import pytest
 from seq2seq.config.experiment import DataConfig
 from seq2seq.core.errors import UserError
 from seq2seq.data.cleaning import Cleaner, CleaningReport, CleaningRules
-from seq2seq.data.parallel import TokenStore, build_store, iter_parallel
+from seq2seq.data.parallel import iter_parallel
+from seq2seq.data.store import TokenStore, build_store
 from seq2seq.data.tokenizer import train_tokenizer
 
 

@@ -50,7 +50,7 @@ def test_config_builds_and_trains_one_step(path):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
 def test_config_names_registered_corpus_pair_variant_and_splits(path):
-    from seq2seq.data.corpora import get_corpus, parse_pair
+    from seq2seq.data.registry import get_corpus, parse_pair
 
     cfg = load_config(path)
     if cfg.data.corpus == "files":  # the user's own files: prefixes are given at run time

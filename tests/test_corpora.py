@@ -19,20 +19,17 @@ import pytest
 
 from seq2seq.cli import main
 from seq2seq.core.errors import UserError
-from seq2seq.data.corpora import (
+from seq2seq.data.corpus import Corpus, Part, RemoteFile
+from seq2seq.data.download import (
     ChecksumError,
-    Corpus,
     NotAvailableError,
-    Part,
-    RemoteFile,
     UnverifiedFileWarning,
     download,
     fetch,
-    get_corpus,
-    list_corpora,
-    prepare_corpus,
 )
 from seq2seq.data.parallel import count_lines
+from seq2seq.data.prepare import prepare_corpus
+from seq2seq.data.registry import get_corpus, list_corpora
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -28,7 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.data.corpora import Corpus, get_corpus, prepare_corpus
+from seq2seq.data.corpus import Corpus
+from seq2seq.data.prepare import prepare_corpus
+from seq2seq.data.registry import get_corpus
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -625,7 +627,7 @@ def test_multi30k_unmirrored_test_sets_in_the_upstream_layout(tmp_path, split, v
             files[f"multi30k/data/task1/tok/{split}.lc.norm.tok.{lang}"] = text.lower()
     _write(tmp_path / "root", files)
     # the registry has the real upstream sums: the fixture must be refused by them...
-    from seq2seq.data.corpora import ChecksumError
+    from seq2seq.data.download import ChecksumError
 
     with pytest.raises(ChecksumError, match="expected sha256"):
         prepare_corpus(

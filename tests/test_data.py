@@ -17,18 +17,10 @@ from pytorch_lightning.utilities import move_data_to_device
 from torch.utils.data import DataLoader
 
 from seq2seq.core.errors import UserError
-from seq2seq.data.corpora import prepare_corpus
-from seq2seq.data.parallel import (
-    Batch,
-    ReadStats,
-    TokenBucketSampler,
-    TokenStore,
-    build_store,
-    collate,
-    count_lines,
-    iter_parallel,
-    read_parallel,
-)
+from seq2seq.data.batching import Batch, TokenBucketSampler, collate
+from seq2seq.data.parallel import ReadStats, count_lines, iter_parallel, read_parallel
+from seq2seq.data.prepare import prepare_corpus
+from seq2seq.data.store import TokenStore, build_store
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 WORDS = "the a man woman dog cat runs walks red blue small big house street park ball".split()

@@ -11,8 +11,8 @@ import torch
 
 from seq2seq.config.experiment import DataConfig, ExperimentConfig
 from seq2seq.core.errors import UserError
+from seq2seq.data.batching import Batch
 from seq2seq.data.datamodule import TranslationDataModule
-from seq2seq.data.parallel import Batch
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 
 MAX_TOKENS = 600

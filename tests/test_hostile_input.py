@@ -156,7 +156,8 @@ def test_prepare_copies_hostile_corpus_files_line_for_line(tmp_path: Path) -> No
     """`seq2seq prepare`: lines are counted and parts joined on \\n only, bytes kept as they are."""
     import hashlib
 
-    from seq2seq.data.corpora import Corpus, Part, RemoteFile, prepare_corpus
+    from seq2seq.data.corpus import Corpus, Part, RemoteFile
+    from seq2seq.data.prepare import prepare_corpus
 
     n = len(HOSTILE_LINES)
     blobs = {

@@ -8,7 +8,7 @@ from torch import nn
 
 import seq2seq.model.attention as attention
 from seq2seq.config.experiment import load_config
-from seq2seq.data.parallel import collate
+from seq2seq.data.batching import collate
 from seq2seq.model.attention import SelfAttention
 from seq2seq.model.layers import FeedForward
 from seq2seq.model.loss import label_smoothed_nll, projected_label_smoothed_nll

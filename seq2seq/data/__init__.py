@@ -1,5 +1,5 @@
-"""Data: the corpus registry and its downloads, reference preparation, cleaning, SentencePiece,
-parallel text, the binarized token store and the LightningDataModule.
+"""Data: the corpus registry, its downloads and preparation, cleaning, SentencePiece, parallel
+text, the binarized token store, token-bucket batching and the LightningDataModule.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
@@ -15,9 +15,9 @@ _HOMES = {
     "Tokenizer": "tokenizer",
     "TranslationDataModule": "datamodule",
     "UNK_ID": "tokenizer",
-    "get_corpus": "corpora",
-    "list_corpora": "corpora",
-    "prepare_corpus": "corpora",
+    "get_corpus": "registry",
+    "list_corpora": "registry",
+    "prepare_corpus": "prepare",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

@@ -14,10 +14,10 @@ that drops it):
 4. ``too_long``: a side has more than ``data.max_len`` SentencePiece pieces.
 5. ``bad_ratio``: ``max(pieces) > data.max_ratio * min(pieces)``.
 
-Evaluation splits (validation and test) are never cleaned beyond rule 1, so scores stay
-comparable. :class:`CleaningReport` counts every rule; its :meth:`~CleaningReport.summary` is
-the one line a split's binarization prints, and :meth:`~CleaningReport.to_dict` is kept in the
-token store's header.
+Evaluation splits (validation and test) only lose the pairs with a side empty or
+whitespace-only as read, so scores stay comparable. :class:`CleaningReport` counts every rule;
+its :meth:`~CleaningReport.summary` is the one line a split's binarization prints, and
+:meth:`~CleaningReport.to_dict` is kept in the token store's header.
 """
 
 from __future__ import annotations
@@ -175,7 +175,15 @@ class Cleaner:
         return True
 
     def keep_pieces_array(self, n_src: np.ndarray, n_tgt: np.ndarray) -> np.ndarray:
-        """:meth:`keep_pieces` over a chunk: piece counts ``(N,)`` -> keep mask ``(N,)``."""
+        """The piece-count rules (empty encoding, length, ratio) on a chunk of pairs.
+
+        Args:
+            n_src: Source pieces per pair, ``(N,)``.
+            n_tgt: Target pieces per pair, ``(N,)``.
+
+        Returns:
+            The keep mask, ``(N,)`` bool.
+        """
         longest, shortest = np.maximum(n_src, n_tgt), np.minimum(n_src, n_tgt)
         empty = shortest == 0
         drop = empty.copy()
@@ -191,17 +199,3 @@ class Cleaner:
         self.report.too_long += int(too_long.sum())
         self.report.bad_ratio += int(bad_ratio.sum())
         return ~drop
-
-    def keep_pieces(self, n_src: int, n_tgt: int) -> bool:
-        """The piece-count rules (empty encoding, length, ratio) on one pair."""
-        if n_src == 0 or n_tgt == 0:
-            self.report.empty += 1
-            return False
-        rules = self.rules
-        if rules.max_len is not None and max(n_src, n_tgt) > rules.max_len:
-            self.report.too_long += 1
-            return False
-        if rules.max_ratio is not None and max(n_src, n_tgt) > rules.max_ratio * min(n_src, n_tgt):
-            self.report.bad_ratio += 1
-            return False
-        return True

@@ -3,8 +3,8 @@
 Everything it makes lives in the experiment's ``work_dir``::
 
     work_dir/spm.model                    (or spm.src.model + spm.tgt.model)
-    work_dir/data/text/{split}.{lang}     plain-text splits (registered corpora only)
-    work_dir/data/train/, data/valid/     binarized token stores (seq2seq.data.parallel.TokenStore)
+    work_dir/data/text/{split}.{lang}     plain-text splits (prepared, or a TSV's columns)
+    work_dir/data/train/, data/valid/     binarized token stores (seq2seq.data.store.TokenStore)
 
 :meth:`~TranslationDataModule.prepare_data` (run once per node by Lightning; one process at a
 time per ``work_dir``, under a lock file) fetches the text, trains SentencePiece when its file(s)
@@ -12,7 +12,7 @@ are missing and (re)builds the stores when they are out of date;
 :meth:`~TranslationDataModule.setup` (every process) only opens them.
 
 Epochs: Lightning 2 calls ``set_epoch`` on a dataloader's ``sampler`` but not on a custom
-``batch_sampler``, so the training :class:`~seq2seq.data.parallel.TokenBucketSampler` is given the
+``batch_sampler``, so the training :class:`~seq2seq.data.batching.TokenBucketSampler` is given the
 trainer's ``current_epoch`` as its ``epoch_fn`` and reads it each time an epoch's iteration
 starts; no dataloader reloading is needed.
 
@@ -34,18 +34,12 @@ from torch.utils.data import DataLoader
 
 from seq2seq.config import ExperimentConfig
 from seq2seq.core import UserError, exclusive
+from seq2seq.data.batching import TokenBucketSampler, collate
 from seq2seq.data.cleaning import CleaningRules
-from seq2seq.data.corpora import parse_pair, prepare_corpus
-from seq2seq.data.parallel import (
-    TokenBucketSampler,
-    TokenStore,
-    build_store,
-    check_parallel,
-    collate,
-    iter_parallel,
-    read_parallel,
-    split_tsv,
-)
+from seq2seq.data.parallel import check_parallel, iter_parallel, read_parallel, split_tsv
+from seq2seq.data.prepare import prepare_corpus
+from seq2seq.data.registry import parse_pair
+from seq2seq.data.store import TokenStore, build_store
 from seq2seq.data.tokenizer import Tokenizer, ensure_tokenizer
 
 __all__ = ["PREPARE_LOCK", "TranslationDataModule"]
@@ -84,7 +78,7 @@ class TranslationDataModule(pl.LightningDataModule):
         Args:
             cfg: The experiment config (``cfg.data`` and ``cfg.training.seed`` are used).
             work_dir: The experiment directory.
-            mirror: Offline corpus mirror (default ``$SEQ2SEQ_MIRROR``; see seq2seq.data.corpora).
+            mirror: Offline corpus mirror (default ``$SEQ2SEQ_MIRROR``; see seq2seq.data.download).
             cache_dir: Download cache (default ``$SEQ2SEQ_CACHE`` or ``~/.cache/seq2seq``).
         """
         super().__init__()

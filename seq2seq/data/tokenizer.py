@@ -6,7 +6,7 @@ from here: ``PAD_ID = 0``, ``UNK_ID = 1``, ``BOS_ID = 2``, ``EOS_ID = 3``.
 A tokenizer directory holds either one joint model ``spm.model`` (source and target share a
 vocabulary, which shared embeddings need) or two models ``spm.src.model`` and ``spm.tgt.model``.
 Encoding returns pieces only; adding BOS/EOS is the collate function's job
-(:func:`seq2seq.data.parallel.collate`).
+(:func:`seq2seq.data.batching.collate`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def model_files(directory: str | Path, *, joint: bool) -> list[Path]:
 
 
 def _sentences(path: Path) -> Iterator[str]:
-    """Non-blank lines of a (possibly gzipped) UTF-8 file, split on ``\\n`` only, ``\\r`` stripped."""
+    """Non-blank lines of a (maybe gzipped) UTF-8 file, split on ``\\n`` only, ``\\r`` stripped."""
     with open(path, "rb") as raw:
         gz = raw.read(2) == b"\x1f\x8b"
     opener = gzip.open if gz else open

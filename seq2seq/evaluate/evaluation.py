@@ -1,6 +1,6 @@
 """Evaluate a model directory: translate a test set, score it with sacreBLEU, keep the evidence.
 
-The test set is either a registered corpus split (fetched through seq2seq.data.corpora, from the
+The test set is either a registered corpus split (fetched through seq2seq.data.prepare, from the
 offline mirror when one is given) or a pair of files. The run writes, under ``out_dir``
 (default ``MODEL_DIR/eval/``):
 
@@ -142,7 +142,7 @@ def resolve_test_set(
 ) -> tuple[Path, Path, str]:
     """(source file, reference file, output name) of a corpus split; unset parts from ``cfg.data``.
 
-    The files are prepared by :func:`seq2seq.data.corpora.prepare_corpus` under ``work_dir``.
+    The files are prepared by :func:`seq2seq.data.prepare.prepare_corpus` under ``work_dir``.
     """
     from seq2seq.data import prepare_corpus
 

@@ -1,9 +1,9 @@
 """The text steps of the reference preparation scripts, restated in Python.
 
 fairseq's ``examples/translation/prepare-iwslt14.sh`` and ``prepare-wmt14en2de.sh`` are shell
-pipelines over Moses' Perl scripts. A corpus in the registry (:mod:`seq2seq.data.corpora`) names the
-steps its split goes through, in the scripts' order, and :func:`run_steps` applies them to the
-extracted sentence pairs. Each step cites the script (and the line) it mirrors:
+pipelines over Moses' Perl scripts. A corpus in the registry (:mod:`seq2seq.data.registry`)
+names the steps its split goes through, in the scripts' order, and :func:`run_steps` applies them
+to the extracted sentence pairs. Each step cites the script (and the line) it mirrors:
 
 - :class:`Replace`: ``sed -e "s/’/'/g"`` (prepare-iwslt14.sh, valid/test data).
 - :class:`MosesTokenize`: ``tokenizer.perl -l LANG`` (through sacremoses; a blank line is
@@ -90,7 +90,7 @@ class CleanCorpus:
 
 @dataclass(frozen=True)
 class EveryNth:
-    """``awk 'NR%N == 0'`` (``keep=True``) or ``awk 'NR%N != 0'`` (``keep=False``) over the pairs."""
+    """``awk 'NR%N == 0'`` (``keep=True``) or ``awk 'NR%N != 0'`` (``keep=False``) on the pairs."""
 
     n: int
     keep: bool
