@@ -1,4 +1,4 @@
-"""seq2seq.serve.server: the HTTP API (LibreTranslate-compatible and native) on a tiny real model.
+"""seq2seq.serve: the HTTP API (LibreTranslate-compatible and native) on a tiny real model.
 
 Requests go through httpx to the ASGI app (inside its lifespan, so the real batcher and its
 worker thread run); every translation is checked against the same model translating the same
@@ -21,9 +21,11 @@ from factories import make_model_dir
 from seq2seq.core.errors import UserError
 from seq2seq.decode.alignments import format_alignment
 from seq2seq.decode.translator import Translator
+from seq2seq.serve.app import create_app
 from seq2seq.serve.batcher import engine_thread
+from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.paragraphs import split_text
-from seq2seq.serve.server import ServeConfig, create_app, load_translator, model_info
+from seq2seq.serve.served_model import load_translator, model_info
 
 SENTENCES = [
     "A man runs in the park.",

@@ -1,5 +1,5 @@
-"""Serving: the HTTP server (native and LibreTranslate APIs), dynamic batching, paragraphs and
-the web page.
+"""Serving: the HTTP server (native and LibreTranslate APIs): its app, request schemas and
+bodies, translation service, dynamic batching, paragraphs, the web page and the launcher.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
@@ -9,8 +9,8 @@ from __future__ import annotations
 from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
-    "ServeConfig": "server",
-    "serve": "server",
+    "ServeConfig": "config",
+    "serve": "launcher",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

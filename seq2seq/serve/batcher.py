@@ -17,18 +17,17 @@ two:
   called from two threads at once; requests that arrive meanwhile form the next batch.
 
 Only sentences with equal options share a batch (a request asking for beam 10 is not mixed with
-the default beam 5; seq2seq.serve.server's options are the :class:`~seq2seq.decode.options.SearchOptions`
-and whether word alignments are wanted). With ``batching=False`` every batch
-holds one request's sentences only: the one-request-at-a-time server that benchmarks compare
-against.
+the default beam 5; the options of :mod:`seq2seq.serve.service` are the
+:class:`~seq2seq.decode.options.SearchOptions`, whether word alignments are wanted and whether
+the sentences are constrained). With ``batching=False`` every batch holds one request's
+sentences only: the one-request-at-a-time server that benchmarks compare against.
 
 Continuous batching: where the caller gives a ``stream_for(options)`` that returns a
-:class:`Stream` (seq2seq.serve.server does for the torch engine's beam search with ``--continuous``,
-seq2seq.decode.continuous),
-sentences do not wait for a batch to end. The worker advances the running search one step at
-a time; between two steps queued sentences with the search's options join it (up to
-``max_tokens`` source tokens in the search), and each sentence's result goes back the moment
-it is finished. Queued sentences with other options are served first come first served: the
+:class:`Stream` (:mod:`seq2seq.serve.service` does for the torch engine's beam search with
+``--continuous``: :mod:`seq2seq.serve.stream`), sentences do not wait for a batch to end. The
+worker advances the running search one step at a time; between two steps queued sentences with
+the search's options join it (up to ``max_tokens`` source tokens in the search), and each
+sentence's result goes back the moment it is finished. Queued sentences with other options are served first come first served: the
 search stops taking new sentences while an older one with other options waits, finishes the
 ones it has, and that sentence's batch runs next.
 
@@ -43,16 +42,16 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from seq2seq.serve.logs import log
+
 __all__ = ["Batcher", "BatcherClosed", "BatcherStats", "EngineFailure", "Stream", "engine_thread"]
 
-log = logging.getLogger("seq2seq.serve.server")
 
 Options = TypeVar("Options")  # hashable search options (SearchOptions is a frozen dataclass)
 Result = TypeVar("Result")
@@ -90,12 +89,10 @@ def engine_thread() -> ThreadPoolExecutor:
     PyTorch's CPU build parallelizes with GNU OpenMP, which gives every thread that starts a
     parallel operator a team of its own, and whose idle workers stop spinning and sleep once
     the process holds more OpenMP threads than there are CPUs. A model loaded (or warmed up)
-    on the main thread and then run on a worker thread makes two teams, so on 2 cores the
+    on the main thread and then run on a worker thread makes two teams, so on few cores the
     worker's helper thread sleeps and is woken for each of the hundreds of operators of a
-    decoding step: measured on 2 cores (benchmarks/engine_thread.py), a continuous beam search
-    over 48 sentences made 99 sentences/s on a worker thread after loading on the main thread
-    against 148 with loading and search on the same worker thread (146 on the main thread
-    alone). Hand this executor to :class:`Batcher` and load the model through it.
+    decoding step (benchmarks/engine_thread.py measures it). Hand this executor to
+    :class:`Batcher` and load the model through it.
     """
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="seq2seq-engine")
 

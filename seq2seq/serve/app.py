@@ -1,0 +1,358 @@
+"""The FastAPI app of ``seq2seq serve``: its routes, its error answers and the web page.
+
+The app serves one :class:`~seq2seq.decode.translator.Translator` (a model directory, or a
+CTranslate2 / ONNX export folder). Request handlers run on the event loop: they read and check
+the body (:mod:`seq2seq.serve.bodies`, :mod:`seq2seq.serve.schemas`) and hand the texts to the
+service (:mod:`seq2seq.serve.service`), which cuts them into sentences
+(:mod:`seq2seq.serve.paragraphs`), queues them on a :class:`~seq2seq.serve.batcher.Batcher`
+(the sentences of concurrent requests are translated together in token-budgeted batches on
+one worker thread: :func:`seq2seq.serve.batcher.engine_thread`) and rejoins the results.
+
+Endpoints:
+
+- ``POST /translate``: LibreTranslate's API. JSON or form-encoded (urlencoded or multipart)
+  ``{"q": str | [str], "source", "target", "format": "text", "alternatives": n}`` ->
+  ``{"translatedText": str | [str]}`` plus ``"alternatives"`` when asked (and
+  ``"detectedLanguage"`` when ``source`` is ``auto``: the model's source language, since a
+  server holds one). Errors are ``{"error": message}`` with a 4xx/5xx status, as there.
+- ``GET /languages``: LibreTranslate's list: each language ``{"code", "name", "targets"}``.
+- ``POST /v1/translate``: the native API, with the search options of ``seq2seq translate``
+  (:class:`~seq2seq.serve.schemas.TranslateRequest`), n-best lists, scores and word alignments, and per-text ``prefix`` /
+  ``constraints`` / ``avoid`` (constrained decoding; such a text is one sentence; constrained
+  sentences of concurrent requests share batches too).
+- ``POST /v1/attention``: cross-attention weights of each sentence's translation (torch
+  engine only), for the heatmap of the web page.
+- ``GET /health``, ``GET /v1/models`` (languages, engine, size, manifest hash, defaults).
+- ``GET /``: a plain HTML + JavaScript page (``seq2seq/serve/static/index.html``); ``GET /docs``:
+  the OpenAPI docs FastAPI generates.
+
+Bad input never reaches the engine: the body is read with a byte limit, must be UTF-8 (and
+valid Unicode: no unpaired surrogates from ``\\ud800`` escapes), JSON or a form, with fields
+of the right types; empty text, an unsupported language pair and texts over the configured
+limits (:class:`~seq2seq.serve.config.ServeConfig`) are 4xx answers with a one-line ``error``
+message. An engine exception is a 500 for the requests it hit and the server goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse
+from starlette.exceptions import HTTPException
+
+from seq2seq.decode import format_alignment
+from seq2seq.serve.bodies import RequestError, read_json_object, read_libre_fields, validate
+from seq2seq.serve.config import ServeConfig
+from seq2seq.serve.logs import log
+from seq2seq.serve.schemas import (
+    SEARCH_FIELDS,
+    AttentionRequest,
+    LibreTranslateRequest,
+    TranslateRequest,
+)
+from seq2seq.serve.service import TranslationService
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seq2seq.serve.served_model import ModelInfo
+
+__all__ = ["LANGUAGE_NAMES", "create_app"]
+
+LANGUAGE_NAMES = {
+    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish",
+    "de": "German", "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian",
+    "fa": "Persian", "fi": "Finnish", "fr": "French", "he": "Hebrew", "hi": "Hindi",
+    "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
+    "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "no": "Norwegian", "pl": "Polish",
+    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian",
+    "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
+    "zh": "Chinese",
+}  # fmt: skip
+"""English names for ``GET /languages`` (a code not listed is its own name)."""
+
+
+def _static_page() -> str:
+    return (
+        resources.files("seq2seq.serve").joinpath("static/index.html").read_text(encoding="utf-8")
+    )
+
+
+def create_app(
+    translator,
+    *,
+    info: ModelInfo,
+    config: ServeConfig | None = None,
+    executor: ThreadPoolExecutor | None = None,
+):
+    """The FastAPI app serving ``translator``.
+
+    Args:
+        translator: a loaded :class:`~seq2seq.decode.translator.Translator`.
+        info: what to report about the model (:func:`~seq2seq.serve.served_model.model_info`).
+        config: limits and batching (default :class:`~seq2seq.serve.config.ServeConfig`).
+        executor: the thread the translator was loaded on
+            (:func:`seq2seq.serve.batcher.engine_thread`), which then runs every engine call; the
+            caller shuts it down. None: the batcher's own thread.
+
+    The batcher starts with the app's lifespan and finishes its queue when the app shuts
+    down; run the app under uvicorn (or ``httpx.ASGITransport`` inside a lifespan).
+    """
+    config = config or ServeConfig()
+    service = TranslationService(translator, info, config, executor)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        await service.batcher.start()
+        try:
+            yield
+        finally:
+            await service.batcher.close()
+
+    app = FastAPI(
+        title="seq2seq translation server",
+        version="1",
+        description=(
+            f"Translates {info.source}->{info.target} with `{info.id}` ({info.engine} engine). "
+            "`POST /translate` speaks LibreTranslate's API; `POST /v1/translate` is the "
+            "native API with the search options of `seq2seq translate`."
+        ),
+        lifespan=lifespan,
+    )
+    app.state.service = service
+
+    def error(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_request, exc: RequestError):
+        return error(exc.status, exc.message)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_request, exc: HTTPException):
+        return error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_request, exc: RequestValidationError):
+        return error(400, f"invalid request: {exc.errors()[:1]}")
+
+    @app.exception_handler(Exception)
+    async def _internal_error(_request, exc: Exception):
+        log.exception("internal error")
+        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    def schema(model) -> dict:
+        return {
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": model.model_json_schema()}},
+            }
+        }
+
+    libre_schema = schema(LibreTranslateRequest)
+    form_schema = LibreTranslateRequest.model_json_schema()
+    for kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
+        libre_schema["requestBody"]["content"][kind] = {"schema": form_schema}
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def index() -> HTMLResponse:
+        return HTMLResponse(_static_page())
+
+    @app.get("/health", summary="Liveness and queue state")
+    async def health() -> dict:
+        s = service.batcher.stats
+        return {
+            "status": "ok" if service.batcher.running else "stopping",
+            "model": info.id,
+            "engine": info.engine,
+            "queued_sentences": s.queued_sentences,
+            "in_flight_requests": s.in_flight_requests,
+            "requests": s.requests,
+            "batches": s.batches,
+            "sentences": s.sentences,
+            "largest_batch": s.largest_batch,
+            "failed_requests": s.failed_requests,
+            "busy_seconds": round(s.busy_seconds, 3),
+            "stream_steps": s.stream_steps,
+            "stream_rows": s.stream_rows,
+        }
+
+    @app.get("/v1/models", summary="The model being served")
+    async def models() -> dict:
+        entry = dataclasses.asdict(info)
+        entry["decoding"] = dataclasses.asdict(translator.opts)
+        entry["batching"] = {
+            "enabled": config.batching,
+            "max_wait_ms": config.max_wait_ms,
+            "max_batch_tokens": service.batcher.max_tokens,
+            # beam search without constraints, n-gram ban or alignments joins a running search
+            "continuous": service.continuous,
+        }
+        entry["capabilities"] = {  # what /v1/translate can be asked for on this engine
+            "alignments": not getattr(translator.engine, "no_attention", None),
+            "prefix_and_avoid": True,
+            "positive_constraints": info.engine != "ctranslate2",
+        }
+        entry["limits"] = {
+            "max_chars": config.max_chars,
+            "max_sentence_chars": config.max_sentence_chars,
+            "max_sentences": config.max_sentences,
+            "max_beam": config.max_beam,
+            "max_alternatives": config.max_alternatives,
+        }
+        return {"models": [entry]}
+
+    @app.get("/languages", summary="LibreTranslate: supported languages")
+    async def languages() -> list[dict]:
+        def name(code: str) -> str:
+            return LANGUAGE_NAMES.get(code, code)
+
+        return [
+            {"code": info.source, "name": name(info.source), "targets": [info.target]},
+            {"code": info.target, "name": name(info.target), "targets": []},
+        ]
+
+    @app.post(
+        "/translate",
+        summary="LibreTranslate: translate text",
+        openapi_extra=libre_schema,
+        responses={400: {"description": "bad request: {'error': message}"}},
+    )
+    async def translate_libre(request: Request) -> JSONResponse:
+        data, _is_form = await read_libre_fields(request, config.max_body_bytes)
+        req = validate(LibreTranslateRequest, data)
+        if req.format not in (None, "text"):
+            raise RequestError(400, f"format {req.format!r} is not supported; use 'text'")
+        if req.alternatives > config.max_alternatives:
+            raise RequestError(
+                400, f"alternatives may be at most {config.max_alternatives} on this server"
+            )
+        language = service.check_pair(req.source, req.target)
+        batch = isinstance(req.q, list)
+        texts = req.q if batch else [req.q]
+        if batch and not texts:
+            raise RequestError(400, "empty text: q is an empty list")
+        n_alt = req.alternatives
+        if n_alt:
+            base = service.translator.opts
+            beam = max(base.beam_size, n_alt + 1)
+            opts = service.options(
+                method="beam" if base.method == "greedy" else base.method,
+                beam_size=beam,
+                nbest=n_alt + 1,
+            )
+        else:
+            opts = service.options(nbest=1)
+        split = service.split(texts, language=language, split=True, field="q")
+        results = await service.translate(split, opts)
+        out = [service.joined(t, results) for t in split]
+        alts = []
+        for text, best in zip(split, out):
+            seen, mine = {best, ""}, []
+            for k in range(1, opts.nbest):
+                alt = service.joined(text, results, k)
+                if alt not in seen:
+                    seen.add(alt)
+                    mine.append(alt)
+            alts.append(mine[:n_alt])
+        body: dict[str, Any] = {"translatedText": out if batch else out[0]}
+        if n_alt:
+            body["alternatives"] = alts if batch else alts[0]
+        if req.source.strip().lower() == "auto":
+            detected = {"confidence": 100.0, "language": info.source}
+            body["detectedLanguage"] = [detected] * len(out) if batch else detected
+        return JSONResponse(body)
+
+    @app.post(
+        "/v1/translate",
+        summary="Translate with search options, n-best lists and scores",
+        openapi_extra=schema(TranslateRequest),
+    )
+    async def translate_native(request: Request) -> JSONResponse:
+        req = validate(TranslateRequest, await read_json_object(request, config.max_body_bytes))
+        language = service.check_pair(req.source, req.target)
+        opts = service.options(**{k: getattr(req, k) for k in SEARCH_FIELDS})
+        batch = isinstance(req.text, list)
+        texts = req.text if batch else [req.text]
+        if batch and not texts:
+            raise RequestError(400, "empty text: text is an empty list")
+        if req.alignments:
+            service.check_alignments()
+        constrained = service.constrained(req, texts, opts)
+        split = service.split(
+            texts,
+            language=language,
+            split=req.split_sentences,
+            field="text",
+            whole=set(constrained),
+        )
+        results = await service.translate(split, opts, constrained, alignments=req.alignments)
+        detail = req.scores or req.alignments or opts.nbest > 1
+        out = []
+        for text in split:
+            entry: dict[str, Any] = {"text": service.joined(text, results)}
+            if opts.nbest > 1:
+                entry["nbest"] = [service.joined(text, results, k) for k in range(opts.nbest)]
+            if detail:
+                entry["sentences"] = [
+                    {
+                        "source": sentence,
+                        "hypotheses": [
+                            _hypothesis(h, scores=req.scores, alignments=req.alignments)
+                            for h in results[text.start + j]
+                        ],
+                    }
+                    for j, sentence in enumerate(text.segments.sentences)
+                ]
+            out.append(entry)
+        return JSONResponse(
+            {
+                "translations": out if batch else out[:1],
+                "model": info.id,
+                "options": {k: getattr(opts, k) for k in SEARCH_FIELDS},
+            }
+        )
+
+    @app.post(
+        "/v1/attention",
+        summary="Cross-attention of each sentence's translation (torch engine)",
+        openapi_extra=schema(AttentionRequest),
+    )
+    async def attention(request: Request) -> JSONResponse:
+        req = validate(AttentionRequest, await read_json_object(request, config.max_body_bytes))
+        if not info.attention:
+            raise RequestError(
+                501,
+                f"the {info.engine} engine gives no attention weights; serve a model "
+                "directory with --engine torch for the heatmap",
+            )
+        split = service.split([req.text], language=info.source, split=True, field="text")
+        opts = service.options(nbest=1)
+        results = await service.translate(split, opts)
+        sentences = split[0].segments.sentences
+        targets = [r[0].text for r in results]
+        maps = await service.attention(sentences, targets, req.layer, req.head)
+        return JSONResponse({"translation": service.joined(split[0], results), "sentences": maps})
+
+    return app
+
+
+def _hypothesis(t, *, scores: bool, alignments: bool) -> dict:
+    entry: dict[str, Any] = {"text": t.text}
+    if scores:
+        entry["score"] = _finite(t.score)
+        entry["token_scores"] = [_finite(x) for x in t.token_scores]
+    if alignments:  # as seq2seq.decode.outputs writes it for translate --alignments
+        entry["alignment"] = format_alignment(t.alignment or [])
+    return entry
+
+
+def _finite(x: float) -> float | None:
+    """JSON has no inf/nan: None instead."""
+    return round(float(x), 6) if math.isfinite(x) else None

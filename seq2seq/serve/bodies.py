@@ -1,0 +1,159 @@
+"""Request bodies read and checked before anything is queued: a byte limit, UTF-8 (and valid
+Unicode), JSON or a form (urlencoded or multipart), fields of the right types; and
+:class:`RequestError`, the one way the server refuses a request (an HTTP status and a one-line
+message, answered as ``{"error": message}``)."""
+
+from __future__ import annotations
+
+import email.parser
+import email.policy
+import json
+import urllib.parse
+from typing import Any
+
+import pydantic
+
+__all__ = ["RequestError", "check_unicode", "read_json_object", "read_libre_fields", "validate"]
+
+
+class RequestError(Exception):
+    """A request the server refuses: an HTTP status and a one-line message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _validation_message(error) -> str:
+    """One line from a pydantic ValidationError: what is wrong with which field."""
+    parts = []
+    for e in error.errors()[:3]:
+        loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+        kind = e["type"]
+        if kind == "missing":
+            parts.append(f"missing field {loc!r}")
+        elif kind == "extra_forbidden":
+            parts.append(f"unknown field {loc!r}")
+        else:
+            msg = e["msg"].removeprefix("Value error, ")
+            parts.append(f"field {loc!r}: {msg}")
+    more = len(error.errors()) - len(parts)
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def validate(model, data: Any):
+    """``data`` as an instance of the pydantic ``model``.
+
+    Raises:
+        RequestError: 400, saying which fields are wrong.
+    """
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as e:
+        raise RequestError(400, f"invalid request: {_validation_message(e)}") from None
+
+
+def check_unicode(text: str, where: str) -> None:
+    """Refuse text that cannot be UTF-8 (an unpaired surrogate from a ``\\udXXX`` escape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise RequestError(
+            400,
+            f"{where} is not valid Unicode: unpaired surrogate U+{ord(text[e.start]):04X} at "
+            f"character {e.start + 1}",
+        ) from None
+
+
+def _decode_utf8(data: bytes, what: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(
+            400, f"{what} is not valid UTF-8 (byte {e.start + 1}: 0x{data[e.start]:02x})"
+        ) from None
+
+
+async def _read_body(request, limit: int) -> bytes:
+    """The request body, refused with a 413 past ``limit`` bytes (before reading it all)."""
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > limit:
+        raise RequestError(413, f"request body of {int(length):,} bytes; the limit is {limit:,}")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"request body over the limit of {limit:,} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse_json(body: bytes) -> Any:
+    text = _decode_utf8(body, "request body").removeprefix("\ufeff")
+    if not text.strip():
+        raise RequestError(400, "empty request body: send a JSON object")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RequestError(
+            400, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}"
+        ) from None
+    except RecursionError:
+        raise RequestError(400, "malformed JSON: nested too deeply") from None
+
+
+def _parse_urlencoded(body: bytes) -> dict[str, str]:
+    text = _decode_utf8(body, "form body")
+    try:
+        pairs = urllib.parse.parse_qsl(text, keep_blank_values=True, errors="strict")
+    except UnicodeDecodeError as e:
+        raise RequestError(
+            400, f"a form field is not valid UTF-8 once %-decoded ({e.reason})"
+        ) from None
+    except ValueError as e:
+        raise RequestError(400, f"malformed form body: {e}") from None
+    form: dict[str, str] = {}
+    for key, value in pairs:
+        form.setdefault(key, value)  # the first of repeated fields, as LibreTranslate does
+    return form
+
+
+def _parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
+    head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
+    message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
+    if not message.is_multipart():
+        raise RequestError(400, "malformed multipart/form-data body")
+    form: dict[str, str] = {}
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if not name or part.get_filename():
+            continue  # files are not translated here
+        payload = part.get_payload(decode=True) or b""
+        form.setdefault(str(name), _decode_utf8(payload, f"form field {name!r}"))
+    return form
+
+
+async def read_libre_fields(request, limit: int) -> tuple[dict, bool]:
+    """LibreTranslate's fields from a JSON or form body of at most ``limit`` bytes; True when
+    it was a form."""
+    body = await _read_body(request, limit)
+    content_type = request.headers.get("content-type", "")
+    kind = content_type.split(";")[0].strip().lower()
+    if "json" in kind or (not kind and body.lstrip()[:1] in (b"{", b"[")):
+        data = _parse_json(body)
+        if not isinstance(data, dict):
+            raise RequestError(400, "invalid request: the JSON body must be an object")
+        return data, False
+    if kind == "multipart/form-data":
+        return _parse_multipart(body, content_type), True
+    return _parse_urlencoded(body), True
+
+
+async def read_json_object(request, limit: int) -> dict:
+    """The JSON object of a request body of at most ``limit`` bytes (native API bodies)."""
+    body = await _read_body(request, limit)
+    data = _parse_json(body)
+    if not isinstance(data, dict):
+        raise RequestError(400, "invalid request: the JSON body must be an object")
+    return data

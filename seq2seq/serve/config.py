@@ -1,0 +1,59 @@
+"""``ServeConfig``: the limits and batching of ``seq2seq serve``, checked once when built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seq2seq.core import UserError
+
+__all__ = ["ServeConfig"]
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    """Limits and batching of ``seq2seq serve`` (the CLI's options mirror these fields).
+
+    Attributes:
+        max_chars: characters per request, all texts together.
+        max_sentence_chars: characters per sentence (after splitting paragraphs).
+        max_sentences: sentences per request (after splitting paragraphs).
+        max_beam: the largest beam size and n-best a request may ask for.
+        max_alternatives: the most LibreTranslate ``alternatives`` a request may ask for.
+        max_wait_ms: how long the oldest queued sentence waits for others to join its
+            batch while the engine is idle.
+        max_batch_tokens: source tokens per batch (0: the model's ``decoding.max_tokens``
+            times the engine's ``batches_per_call``).
+        batching: False translates one request at a time (a baseline for benchmarks).
+        continuous: with the torch engine, beam-search sentences join a running search
+            between its steps and leave it when done (seq2seq.decode.continuous); False (the
+            default): static batches only. Sampling, greedy, constraints, the n-gram ban and
+            alignments always run in static batches.
+
+    Raises:
+        UserError: a limit out of its range (named as the CLI option that sets it).
+    """
+
+    max_chars: int = 20_000
+    max_sentence_chars: int = 2_000
+    max_sentences: int = 500
+    max_beam: int = 16
+    max_alternatives: int = 8
+    max_wait_ms: float = 5.0
+    max_batch_tokens: int = 0
+    batching: bool = True
+    continuous: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.max_alternatives < 0 or self.max_batch_tokens < 0:
+            raise UserError("--max-alternatives and --max-batch-tokens must be >= 0")
+        if not 0 <= self.max_wait_ms <= 10_000:
+            raise UserError(f"--max-wait-ms must be between 0 and 10000, got {self.max_wait_ms}")
+
+    @property
+    def max_body_bytes(self) -> int:
+        """A request body limit that any text within ``max_chars`` fits (JSON escapes a
+        character in at most 12 bytes), plus room for the other fields."""
+        return 12 * self.max_chars + 65_536

@@ -1,0 +1,120 @@
+"""``seq2seq serve``'s start and stop: listen, load the model on the engine thread, run the app
+under uvicorn until SIGTERM or Ctrl-C.
+
+A stop stops accepting connections, finishes the requests in flight, then exits (uvicorn's
+graceful shutdown, then :meth:`~seq2seq.serve.batcher.Batcher.close` finishes anything still
+queued).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import socket
+from typing import TYPE_CHECKING
+
+from seq2seq.core import UserError
+from seq2seq.serve.app import create_app
+from seq2seq.serve.batcher import engine_thread
+from seq2seq.serve.config import ServeConfig
+from seq2seq.serve.logs import log
+from seq2seq.serve.served_model import load_translator
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["serve"]
+
+
+def serve(
+    model_dir: str | Path,
+    *,
+    engine: str = "torch",
+    device: str = "cpu",
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    config: ServeConfig | None = None,
+    access_log: bool = True,
+    log_level: str = "info",
+    **search: object,
+) -> None:
+    """Load ``model_dir`` and serve it until SIGTERM or SIGINT (then finish in-flight work).
+
+    Args:
+        model_dir: a model directory, or an export folder for ``ctranslate2`` / ``onnx``.
+        engine: the Translator's engine.
+        device: torch device (cpu, cuda).
+        host: interface to listen on (127.0.0.1: this machine only).
+        port: TCP port.
+        config: limits and batching.
+        access_log: log one line per request.
+        log_level: uvicorn's log level.
+        **search: search-option defaults (None = the model's config), as ``seq2seq translate``.
+
+    Raises:
+        UserError: a bad model directory, engine or option; a port that is taken.
+    """
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    # Listen first: a taken port fails before the model loads, and clients that connect
+    # while it loads wait in the backlog instead of being refused.
+    sock = _listen(host, port)
+    # Every engine call runs on one thread, loading and warm-up included (engine_thread says
+    # why: a model loaded on another thread decodes slower).
+    executor = engine_thread()
+    try:
+        translator, info = load_translator(
+            model_dir, engine=engine, device=device, search=search, executor=executor
+        )
+        app = create_app(translator, info=info, config=config or ServeConfig(), executor=executor)
+    except BaseException:
+        sock.close()
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
+    uv_config = uvicorn.Config(
+        app,
+        access_log=access_log,
+        log_level=log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=None,
+    )
+    server = uvicorn.Server(uv_config)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    log.info(
+        "serving %s (%s->%s, %s engine) on http://%s:%d (API docs: /docs)",
+        info.id, info.source, info.target, engine, shown, bound_port,
+    )  # fmt: skip
+    # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; a no-op
+    # handler lets the process then exit 0 (stopped cleanly) instead of dying by the signal.
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        sock.close()
+        executor.shutdown()
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (port 0: any free port).
+
+    Raises:
+        UserError: the address cannot be used (taken, not this machine's, bad port).
+    """
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port must be between 0 and 65535, got {port}")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as e:
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+    return sock

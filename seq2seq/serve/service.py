@@ -1,0 +1,377 @@
+"""The translation service behind the routes: a request's texts cut into sentences and checked
+against the limits, its search options and constraints checked, its sentences queued on the
+:class:`~seq2seq.serve.batcher.Batcher` and the results put back together.
+
+What a request gets wrong is found on the event loop, before its sentences are queued, and
+refused with a :class:`~seq2seq.serve.bodies.RequestError`: a bad request never fails a shared
+batch. (Options an engine cannot honour are found by the engine: a 400 for that request alone.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from seq2seq.core import UserError
+from seq2seq.decode import TorchEngine, supports
+from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
+from seq2seq.serve.bodies import RequestError, check_unicode
+from seq2seq.serve.logs import log
+from seq2seq.serve.paragraphs import Segments, join_text, split_text
+from seq2seq.serve.stream import SearchStream
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
+
+    from seq2seq.decode import SearchOptions
+    from seq2seq.serve.config import ServeConfig
+    from seq2seq.serve.schemas import TranslateRequest
+    from seq2seq.serve.served_model import ModelInfo
+
+__all__ = ["TranslationService"]
+
+
+@dataclass
+class _Text:
+    """One text of a request, cut into sentences; ``start`` indexes the request's sentences."""
+
+    segments: Segments
+    start: int
+
+
+@dataclass(frozen=True)
+class _Constrained:
+    """A sentence and its constraints: what the batcher queues for a constrained text."""
+
+    text: str
+    prefix: str
+    constraints: tuple[str, ...]
+    avoid: tuple[str, ...]
+    ordered: bool
+
+
+def _text_of(sentence: str | _Constrained) -> str:
+    return sentence.text if isinstance(sentence, _Constrained) else sentence
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What the batcher keys batches on: the search options and whether to align (sentences
+    share an engine call only when both are equal)."""
+
+    search: SearchOptions
+    alignments: bool = False
+    constrained: bool = False
+
+
+class TranslationService:
+    """The translator, its batcher and the request logic behind the endpoints.
+
+    Args:
+        translator: a loaded :class:`~seq2seq.decode.translator.Translator`.
+        info: what the server says about the model (its language pair is checked here).
+        config: limits and batching.
+        executor: the engine thread the batcher runs every engine call on; None: its own.
+    """
+
+    def __init__(
+        self, translator, info: ModelInfo, config: ServeConfig, executor: ThreadPoolExecutor | None
+    ) -> None:
+        self.translator = translator
+        self.info = info
+        self.config = config
+        per_call = getattr(translator.engine, "batches_per_call", 1)
+        budget = config.max_batch_tokens or translator.opts.max_tokens * per_call
+        engine = translator.engine
+        # continuous batching: the torch engine's cached beam search (seq2seq.decode.continuous)
+        self.continuous = (
+            config.batching
+            and config.continuous
+            and isinstance(engine, TorchEngine)
+            and engine.use_cache
+        )
+        self.batcher = Batcher(
+            self._translate_batch,
+            count_tokens=self._count_tokens,
+            max_tokens=budget,
+            max_wait=config.max_wait_ms / 1000,
+            batching=config.batching,
+            stream_for=self._stream_for if self.continuous else None,
+            executor=executor,
+        )
+
+    # ---- worker side (runs on the batcher's thread) ---------------------------------------
+
+    def _warn_truncated(self, _line: int, n_tokens: int) -> None:
+        log.warning(
+            "a sentence of %d source tokens exceeds the model's %d positions; truncated",
+            n_tokens,
+            self.translator.max_src_positions,
+        )
+
+    def _translate_batch(self, sentences: list[str], key: _Options) -> list:
+        opts = key.search
+        fields = {f.name: getattr(opts, f.name) for f in dataclasses.fields(opts)}
+        # Plain sentences in one call, constrained ones by constraint order (one call each).
+        groups: dict[bool | None, list[int]] = {}
+        for i, x in enumerate(sentences):
+            groups.setdefault(x.ordered if isinstance(x, _Constrained) else None, []).append(i)
+        out: list = [None] * len(sentences)
+        for ordered, idx in groups.items():
+            items = [sentences[i] for i in idx]
+            kwargs: dict[str, Any] = {}
+            if ordered is not None:
+                kwargs = dict(
+                    prefix=[x.prefix for x in items],
+                    constraints=[list(x.constraints) for x in items],
+                    avoid=[list(x.avoid) for x in items],
+                    ordered=ordered,
+                )
+            results = self.translator.translate_nbest(
+                [_text_of(x) for x in items],
+                on_truncated=self._warn_truncated,
+                alignments=key.alignments,
+                **kwargs,
+                **fields,
+            )
+            for i, r in zip(idx, results):
+                out[i] = r
+        return out
+
+    def _stream_for(self, key: _Options) -> SearchStream | None:
+        """A continuous search for sentences with ``key`` (torch engine, plain beam search)."""
+        if key.constrained:
+            return None
+        if not supports(self.translator.engine.model, key.search, alignments=key.alignments):
+            return None
+        return SearchStream(self.translator, key.search, self._warn_truncated)
+
+    def _count_tokens(self, sentences: list[str]) -> list[int]:
+        texts = [_text_of(x) for x in sentences]
+        ids = self.translator.encode(texts, on_truncated=lambda _i, _n: None)
+        return [len(x) for x in ids]
+
+    def constrained(self, req: TranslateRequest, texts: list[str], opts: SearchOptions) -> dict:
+        """Per text index, its :class:`_Constrained` sentence (checked now, on the event loop,
+        so that a bad constraint is this request's 400 and never fails a shared batch)."""
+        batch = isinstance(req.text, list)
+
+        def per_text(value: Any, name: str, single: type) -> list:
+            if value is None:
+                return [None] * len(texts)
+            if not batch:
+                if not isinstance(value, single):
+                    raise RequestError(400, f"{name} must be a {single.__name__} for one text")
+                return [value]
+            if not isinstance(value, list) or len(value) != len(texts):
+                raise RequestError(
+                    400, f"{name} must be a list with one entry per text ({len(texts)})"
+                )
+            return value
+
+        prefixes = per_text(req.prefix, "prefix", str)
+        includes = per_text(req.constraints, "constraints", list)
+        avoids = per_text(req.avoid, "avoid", list)
+        out = {}
+        for k, text in enumerate(texts):
+            p, inc, av = prefixes[k] or "", list(includes[k] or []), list(avoids[k] or [])
+            if not (p or inc or av):
+                continue
+            where = f"text[{k}]" if batch else "text"
+            for name, value in (("prefix", [p]), ("constraints", inc), ("avoid", av)):
+                if not all(isinstance(x, str) for x in value):
+                    raise RequestError(400, f"{name} of {where} must hold strings")
+            if "\n" in text.strip() or "\r" in text.strip():
+                raise RequestError(
+                    400, f"{where} has constraints, so it is one sentence: no line breaks"
+                )
+            if inc and opts.method == "sample":
+                raise RequestError(400, "constraints need beam search or greedy, not sampling")
+            if inc and not getattr(self.translator.engine, "positive_constraints", True):
+                raise RequestError(
+                    400, "this server's engine cannot do constraints; serve with --engine torch"
+                )
+            try:
+                self.translator.constraints_for(
+                    [text],
+                    constraints=[inc],
+                    ordered=req.ordered,
+                    prefix=[p],
+                    avoid=[av],
+                    no_repeat_ngram=opts.no_repeat_ngram,
+                    where=lambda _i, w=where: w,
+                )
+            except UserError as e:
+                raise RequestError(400, str(e)) from None
+            out[k] = _Constrained(text.strip(), p, tuple(inc), tuple(av), req.ordered)
+        return out
+
+    # ---- request side (event loop) ---------------------------------------------------------
+
+    def check_pair(self, source: str | None, target: str | None) -> str:
+        """The source language to split with; RequestError for a pair the model lacks."""
+        src, tgt = self.info.source, self.info.target
+        s = (source or src).strip().lower()
+        t = (target or tgt).strip().lower()
+        if s == "auto":
+            s = src
+        if (s, t) != (src, tgt):
+            raise RequestError(
+                400,
+                f"language pair {s}->{t} is not supported; this server translates "
+                f"{src}->{tgt} (supported pairs: {src}->{tgt})",
+            )
+        return s
+
+    def options(self, **overrides: Any) -> SearchOptions:
+        opts = {k: v for k, v in overrides.items() if v is not None}
+        try:
+            result = self.translator.opts.replace(**opts)
+        except UserError as e:
+            raise RequestError(400, f"invalid search options: {e}") from None
+        if max(result.beam_size if result.method == "beam" else 1, result.nbest) > (
+            self.config.max_beam
+        ):
+            raise RequestError(
+                400,
+                f"beam_size and nbest may be at most {self.config.max_beam} on this server",
+            )
+        return result
+
+    def split(
+        self,
+        texts: list[str],
+        *,
+        language: str,
+        split: bool,
+        field: str,
+        whole: frozenset[int] | set[int] = frozenset(),
+    ) -> list[_Text]:
+        """Cut every text into sentences and check the request against the limits.
+
+        ``whole``: indices of texts not cut into sentences (constrained texts)."""
+        cfg = self.config
+        total = 0
+        for i, text in enumerate(texts):
+            check_unicode(text, field if len(texts) == 1 else f"{field}[{i}]")
+            total += len(text)
+        if total > cfg.max_chars:
+            raise RequestError(
+                400, f"request has {total:,} characters; the limit is {cfg.max_chars:,}"
+            )
+        if not any(t.strip() for t in texts):
+            raise RequestError(400, f"empty text: {field} has nothing to translate")
+        out, start = [], 0
+        for k, text in enumerate(texts):
+            segments = split_text(text, language=language, split=split and k not in whole)
+            out.append(_Text(segments, start))
+            start += len(segments.sentences)
+            if start > cfg.max_sentences:
+                raise RequestError(
+                    400,
+                    f"request has more than {cfg.max_sentences:,} sentences "
+                    f"(the limit per request)",
+                )
+        for t in out:
+            for sentence in t.segments.sentences:
+                if len(sentence) > cfg.max_sentence_chars:
+                    raise RequestError(
+                        400,
+                        f"a sentence has {len(sentence):,} characters; the limit is "
+                        f"{cfg.max_sentence_chars:,} (starts: {sentence[:40]!r})",
+                    )
+        return out
+
+    def check_alignments(self) -> None:
+        """RequestError (400, the engine's own message) when the engine gives no attention."""
+        reason = getattr(self.translator.engine, "no_attention", None)
+        if reason:
+            raise RequestError(400, reason)
+
+    async def translate(
+        self,
+        texts: list[_Text],
+        opts: SearchOptions,
+        constrained: dict[int, _Constrained] | None = None,
+        *,
+        alignments: bool = False,
+    ) -> list[list]:
+        """Per sentence of the request, its n-best list of Translations.
+
+        ``constrained``: text index -> its one constrained sentence (see :meth:`constrained`).
+        ``alignments``: fill each Translation's ``alignment`` (such sentences are batched
+        only with others that want alignments).
+        """
+        sentences: list = []
+        for k, t in enumerate(texts):
+            if constrained and k in constrained:
+                sentences.extend([constrained[k]] * len(t.segments.sentences))
+            else:
+                sentences.extend(t.segments.sentences)
+        try:
+            key = _Options(opts, alignments, constrained=bool(constrained))
+            return await self.batcher.translate(sentences, key)
+        except EngineFailure as e:
+            if isinstance(e.original, UserError):  # options this engine cannot honour
+                raise RequestError(400, str(e.original)) from None
+            raise RequestError(500, str(e)) from None
+        except BatcherClosed as e:
+            raise RequestError(503, str(e)) from None
+
+    async def attention(
+        self, sentences: list[str], targets: list[str], layer: int | None, head: int | None
+    ) -> list[dict]:
+        """Cross-attention of each (sentence, translation), teacher-forced, for the heatmap.
+
+        Runs on the engine thread between two batches (the model is not shared with a batch).
+
+        Raises:
+            RequestError: 400 for a layer or head the model lacks, 503 while shutting down.
+        """
+        try:
+            return await self.batcher.call(
+                lambda: _attention_maps(self.translator, sentences, targets, layer, head)
+            )
+        except UserError as e:
+            raise RequestError(400, str(e)) from None
+        except BatcherClosed as e:
+            raise RequestError(503, str(e)) from None
+
+    @staticmethod
+    def joined(text: _Text, results: list[list], k: int = 0) -> str:
+        """Text ``text`` rejoined from each sentence's ``k``-th hypothesis (or its last)."""
+        n = len(text.segments.sentences)
+        picks = [results[text.start + j] for j in range(n)]
+        return join_text(text.segments, [h[min(k, len(h) - 1)].text for h in picks])
+
+
+def _attention_maps(
+    translator, sentences: list[str], targets: list[str], layer, head
+) -> list[dict]:
+    """Cross-attention of each (sentence, translation), teacher-forced (runs on the worker)."""
+    from seq2seq.evaluate import attention_maps
+    from seq2seq.model import LoadedModel
+
+    loaded = LoadedModel(
+        path=Path("."),
+        cfg=translator.cfg,
+        model=translator.engine.model,
+        tokenizer=translator.tokenizer,
+    )
+    out = []
+    for sentence, target in zip(sentences, targets):
+        maps = attention_maps(loaded, sentence, layer=layer, head=head, target=target)
+        out.append(
+            {
+                "source": sentence,
+                "translation": target,
+                "source_tokens": maps.src_labels,
+                "target_tokens": maps.tgt_out_labels,
+                "cross": [[round(float(w), 4) for w in row] for row in maps.cross.tolist()],
+                "layer": maps.decoder_layer,
+                "head": maps.head,
+            }
+        )
+    return out
