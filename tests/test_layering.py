@@ -161,6 +161,7 @@ def test_no_import_cycles():
 
 def test_shared_protocol_lives_below_both():
     graph = import_graph()
-    assert "decode.translator" not in graph["decode.engines"]
-    assert "decode.options" in graph["decode.engines"]
+    for engine in ("decode.torch_engine", "decode.ctranslate2_engine", "decode.onnx_engine"):
+        assert "decode.translator" not in graph[engine]
+        assert "decode.options" in graph[engine]
     assert "train.trainer" not in graph["train.module"]

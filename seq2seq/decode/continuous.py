@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from seq2seq.decode.beam import beam_candidates
 from seq2seq.decode.options import SearchOptions, max_target_lens
-from seq2seq.decode.search import Hypothesis, beam_candidates
+from seq2seq.decode.search_base import Hypothesis
 from seq2seq.model import KVCache
 
 __all__ = ["ContinuousSearch", "supports"]

@@ -30,13 +30,9 @@ from torch import Tensor
 
 from seq2seq.core import UserError
 from seq2seq.decode.constraints import Constraints
-from seq2seq.decode.options import (
-    LoadedEngine,
-    SearchOptions,
-    StepDecoder,
-    search_steps,
-)
-from seq2seq.decode.search import Hypothesis
+from seq2seq.decode.dispatch import search_steps
+from seq2seq.decode.options import LoadedEngine, SearchOptions, StepDecoder
+from seq2seq.decode.search_base import Hypothesis
 
 __all__ = [
     "Ensemble",

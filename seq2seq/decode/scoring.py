@@ -34,8 +34,9 @@ from torch import Tensor
 
 from seq2seq.config import ExperimentConfig
 from seq2seq.core import UserError
+from seq2seq.decode.batching import batch_by_tokens
 from seq2seq.decode.ensemble import check_same_vocabularies, combine_log_probs
-from seq2seq.decode.translator import batch_by_tokens, read_lines
+from seq2seq.decode.lines import read_lines
 from seq2seq.model import target_log_probs
 
 __all__ = ["PairScore", "Scorer", "corpus_summary", "score_files"]
