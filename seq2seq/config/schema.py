@@ -161,7 +161,8 @@ class ModelConfig:
     decoder_mask: str = "causal"
     """Decoder self-attention mask: ``causal``, ``window`` or ``block``."""
     window: int = 16
-    """With ``decoder_mask: window``: each query sees this many most recent keys (itself included)."""
+    """With ``decoder_mask: window``: each query sees this many most recent keys (itself
+    included)."""
     block_size: int = 8
     """With ``decoder_mask: block``: block length."""
     prev_blocks: int = 1
@@ -234,7 +235,8 @@ class TrainingConfig:
     """Periodic checkpoints kept for averaging."""
     average_last: int = 5
     """Checkpoints averaged into the exported model (1 = use the best checkpoint); only those
-    from the second half of the run count (see ``average.checkpoints_to_average``)."""
+    from the second half of the run count (see
+    ``seq2seq.train.checkpoints.checkpoints_to_average``)."""
     log_every_steps: int = 50
     max_nonfinite: int = 10
     """Consecutive non-finite losses tolerated (each skips its update) before the run stops."""

@@ -1,9 +1,10 @@
 """Beam search with fairseq's ``SequenceGenerator`` semantics, vectorized over sentences, and
 its candidates (the best 2K continuations of each sentence at one step).
 
-:func:`beam_search` reads as its steps: start the beams (:func:`_start`), then per step run
-the model (:func:`_model_step`), take the candidates (:func:`_candidates`), finalize those ending in EOS (:func:`_finalize`), pick the
-next beams (:func:`_next_beams`) and move every row along (:func:`_advance`).
+:func:`beam_search` reads as its steps: start the beams (``_start``), then at each step run
+the model (``_model_step``), take the candidates (``_candidates``), finalize those that end in
+EOS (``_finalize``), pick the next beams (``_next_beams``), drop the finished sentences
+(``_keep_sentences``) and move every row along (``_advance``).
 """
 
 from __future__ import annotations

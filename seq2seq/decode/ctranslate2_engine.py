@@ -80,8 +80,8 @@ def _ct2_device(device: str) -> tuple[str, int]:
 class CTranslate2Engine:
     """Search with CTranslate2's ``Translator.translate_batch`` (see the module docstring).
 
-    ``positive_constraints = False``: prefixes and avoided phrases only (read by seq2seq.serve.server
-    to refuse a constrained request up front).
+    ``positive_constraints = False``: prefixes and avoided phrases only (read by
+    seq2seq.serve.server to refuse a constrained request up front).
 
     Args:
         export_dir: a folder written by ``seq2seq export --format ctranslate2``.
@@ -244,7 +244,7 @@ class CTranslate2Engine:
         # cases also differ below the limit, since a beam cut at the limit competes in the
         # n-best.)
         limits = max_target_lens([len(s) for s in src], opts, self.max_positions)
-        if constraints is not None:  # room for the prefix, as in seq2seq.decode.search
+        if constraints is not None:  # room for the prefix, as in seq2seq's search
             limits = [max(n, c.needed_len()) for n, c in zip(limits, constraints)]
         out: list[list[Hypothesis]] = [[] for _ in src]
         truncated: set[int] = set()  # id() of hypotheses that hit the max length

@@ -129,7 +129,7 @@ def search_steps(
     attention: bool = False,
     device: torch.device | None = None,
 ) -> list[list[Hypothesis]]:
-    """``Engine.translate_ids`` of an engine that runs seq2seq.decode.search over its own steps.
+    """``Engine.translate_ids`` of an engine that runs seq2seq's own search over its steps.
 
     ``engine`` has ``start(src, *, attention) -> StepDecoder`` and the special ids
     (``pad_id``, ``bos_id``, ``eos_id``, ``unk_id``): the torch and ONNX engines and ensembles.

@@ -39,7 +39,8 @@ def _greedy_pick(
     or None (the exact path runs) when a row's maximum could tie with a token outside the
     columns looked at, or a row has no finite entry (it ends with EOS on the exact path).
     """
-    fused = fused_columns(log_probs, 1, prefix.size(1) - 1, max_lens, **rules)  # type: ignore[arg-type]
+    generated = prefix.size(1) - 1
+    fused = fused_columns(log_probs, 1, generated, max_lens, **rules)  # type: ignore[arg-type]
     if fused is None:
         return None
     vals, toks, outside = fused
@@ -73,7 +74,7 @@ def decode_one_each(
 
     ``choose(lp (N, V)) -> (N,)`` picks one token per row of the constrained log-probs; rows
     without any finite entry get EOS instead, so every sentence ends. ``choose=None`` is the
-    argmax (greedy search), which mostly runs without the (N, V) copy (:func:`_greedy_pick`).
+    argmax (greedy search), which mostly runs without the (N, V) copy (``_greedy_pick``).
     ``constraints``: prefixes and avoided phrases (``include`` phrases need beam search).
     """
     dev = max_lens.device

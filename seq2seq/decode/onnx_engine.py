@@ -68,7 +68,7 @@ _ONNX_NO_ATTENTION = (
 
 
 class OnnxEngine:
-    """seq2seq.decode.search over the exported ONNX encoder and KV-cached decoder step.
+    """seq2seq's own search over the exported ONNX encoder and KV-cached decoder step.
 
     Args:
         export_dir: a folder written by ``seq2seq export --format onnx``.

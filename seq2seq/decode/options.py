@@ -77,11 +77,11 @@ class Engine(Protocol):
     An engine may also have an int attribute ``batches_per_call`` (read with a default of 1):
     :meth:`Translator.translate_nbest` then hands it batches of up to that many times
     ``max_tokens`` source tokens, for an engine that splits batches over workers itself
-    (:class:`seq2seq.decode.engines.CTranslate2Engine` on CPU).
+    (:class:`seq2seq.decode.ctranslate2_engine.CTranslate2Engine` on CPU).
 
     An engine that can return cross-attention (for word alignments, seq2seq.decode.alignments) takes
     a keyword ``attention: bool``; the Translator passes it only when alignments are asked
-    for, and then expects each hypothesis' ``attention`` rows. Engines that run seq2seq.decode.search
+    for, and then expects each hypothesis' ``attention`` rows. Engines that run seq2seq's own search
     also expose ``start(src, *, attention) -> StepDecoder``, which is what an ensemble
     (seq2seq.decode.ensemble) combines.
     """
@@ -110,10 +110,10 @@ class Engine(Protocol):
 
 @dataclass
 class StepDecoder:
-    """A model as seq2seq.decode.search sees it, ready for one batch of sources.
+    """A model as a search sees it, ready for one batch of sources.
 
     Attributes:
-        step: ``step(prefix, state) -> (log_probs, state)`` (see seq2seq.decode.search).
+        step: ``step(prefix, state) -> (log_probs, state)`` (see seq2seq.decode.search_base).
         reorder: ``reorder(state, index) -> state``.
         state: the initial state, one row per source sentence.
         attention: ``attention(state) -> (N, S)`` cross-attention of the last step, when the
@@ -129,10 +129,10 @@ class StepDecoder:
 
 
 def max_target_lens(src_lens: list[int], opts: SearchOptions, max_positions: int) -> list[int]:
-    """Per-sentence hypothesis length limits for seq2seq.decode.search (EOS counted there).
+    """Per-sentence hypothesis length limits for the search (EOS counted there).
 
     fairseq's ``min(max_len_a * src_len + max_len_b, max_positions - 1)`` tokens before EOS,
-    plus one for the EOS (seq2seq.decode.search counts it). Never below 1.
+    plus one for the EOS (the search counts it). Never below 1.
     """
     out = []
     for n in src_lens:

@@ -64,13 +64,14 @@ def constrain(
 ) -> Tensor:
     """Apply the search rules to one step's log-probabilities (a new tensor; input untouched).
 
-    In fairseq's order: NaN -> -inf; pad and BOS never chosen (BOS only starts a prefix); ``unk_penalty`` subtracted from unk;
-    n-gram repeats -> -inf; EOS forbidden while fewer than ``min_len`` tokens were generated;
-    rows at their max length may only emit EOS. The forced EOS wins over ``min_len`` (fairseq
-    would leave no token at all there; it asserts ``min_len <= max_len`` instead). Then the
-    constraint rules of ``extra`` (seq2seq.decode.constraints): banned tokens (avoid) -> -inf, EOS
-    -inf in rows whose constraints are not met yet, and a row with a forced prefix token may
-    only take that token, at log-prob 0 (the prefix is given, not scored).
+    In fairseq's order: NaN -> -inf; pad and BOS never chosen (BOS only starts a prefix);
+    ``unk_penalty`` subtracted from unk; n-gram repeats -> -inf; EOS forbidden while fewer than
+    ``min_len`` tokens were generated; rows at their max length may only emit EOS. The forced
+    EOS wins over ``min_len`` (fairseq would leave no token at all there; it asserts ``min_len
+    <= max_len`` instead). Then the constraint rules of ``extra`` (seq2seq.decode.constraints):
+    banned tokens (avoid) -> -inf, EOS -inf in rows whose constraints are not met yet, and a
+    row with a forced prefix token may only take that token, at log-prob 0 (the prefix is
+    given, not scored).
 
     Beam and greedy search mostly skip this function (:func:`fused_columns` applies the same
     rules to a few columns per row): a rule added here must be added to
@@ -90,7 +91,7 @@ def constrain(
     """
     if log_probs.dtype in (torch.float16, torch.bfloat16):
         log_probs = log_probs.float()
-    # (N, V), a copy; one pass (masked_fill(isnan()) takes three, and was 6% of a beam search)
+    # (N, V), a copy; one pass over the matrix (masked_fill(isnan()) takes three)
     lp = torch.nan_to_num(log_probs, nan=_NEG_INF, posinf=math.inf, neginf=_NEG_INF)
     vocab_size = lp.size(1)
     lp[:, pad_id] = _NEG_INF
@@ -200,8 +201,9 @@ def fused_columns(
     """Each row's columns that can hold its ``n_best`` best constrained log-probs.
 
     Those are among the row's ``n_best + 4 + A`` best raw log-probs (the rules lower at most pad,
-    BOS, EOS, unk and the A tokens ``extra`` bans) plus EOS and unk themselves (the rules may raise them: a forced EOS, a
-    negative unk penalty), taken as extra columns and removed from the top-k part. One top-k
+    BOS, EOS, unk and the A tokens ``extra`` bans) plus EOS and unk themselves (the rules may
+    raise them: a forced EOS, a negative unk penalty), taken as extra columns and removed from
+    the top-k part. One top-k
     reads the (N, V) matrix once, where :func:`constrain` writes a copy of it.
 
     Returns:

@@ -25,7 +25,8 @@ TORCH_PRECISIONS = ("float32", "bfloat16", "int8")
 
 
 class TorchEngine:
-    """seq2seq.decode.search over a :class:`~seq2seq.model.transformer.Seq2SeqTransformer` in PyTorch.
+    """seq2seq's own search over a :class:`~seq2seq.model.transformer.Seq2SeqTransformer` in
+    PyTorch.
 
     ``use_cache=False`` decodes with ``decode_step_uncached`` (recomputes the prefix every
     step): the benchmark baseline and the reference the KV cache is tested against.
@@ -35,9 +36,9 @@ class TorchEngine:
     with native bfloat16 matrix multiplies, AVX-512 BF16 or AMX, and on GPUs); ``int8``
     (CPU only: every linear layer, the output projection included, becomes
     ``torch.ao.quantization``'s dynamically quantized linear layer: int8 weights, activations
-    quantized per call; embeddings, norms and attention stay float32). The README's Benchmarks
-    section says what was measured of their speed; their BLEU change was not measured yet
-    (``benchmarks/export_parity.py MODEL_DIR --engines torch-int8,torch-bf16``).
+    quantized per call; embeddings, norms and attention stay float32). Their speed: README,
+    Benchmarks; their BLEU against float32: ``benchmarks/export_parity.py MODEL_DIR --engines
+    torch-int8,torch-bf16``.
     """
 
     def __init__(
@@ -128,7 +129,7 @@ def _quantize_linear_layers(model: torch.nn.Module, device: torch.device) -> tor
 
 
 def _recycling_reorder(state, index: Tensor):
-    """The torch engine's ``reorder``: seq2seq.decode.search never uses a state again once it has
+    """The torch engine's ``reorder``: a search never uses a state again once it has
     reordered it (``state = reorder(state, index)``), so the KV cache may alternate between two
     buffers instead of allocating new ones (:meth:`DecoderState.reorder`)."""
     return state.reorder(index, recycle=True)

@@ -40,13 +40,14 @@ class Translation(NamedTuple):
 
     text: str
     score: float
-    """Length-normalized log-probability (see seq2seq.decode.search)."""
+    """Length-normalized log-probability (see seq2seq.decode.search_base)."""
     token_scores: list[float]
     """Log-probability of each generated SentencePiece token, EOS included."""
     tokens: list[int] = []
     """The generated target ids, EOS included (``tokenizer.tgt_pieces`` names them)."""
     alignment: list[tuple[int, int]] | None = None
-    """Word alignment ``(source word, target word)`` pairs (seq2seq.decode.alignments), when asked."""
+    """Word alignment ``(source word, target word)`` pairs (seq2seq.decode.alignments), when
+    asked."""
 
 
 TruncationCallback = Callable[[int, int], None]
