@@ -30,7 +30,7 @@ LAYERS = [
 
 
 def modules() -> dict[str, Path]:
-    """Dotted name (``decode.search``) -> file, for every module below the top package."""
+    """Dotted name (``decode.beam``) -> file, for every module below the top package."""
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         parts = path.relative_to(PACKAGE).with_suffix("").parts
