@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.config.experiment import load_config  # noqa: E402
+from seq2seq.config.loading import load_config  # noqa: E402
 from seq2seq.decode.translator import Translator  # noqa: E402
 from seq2seq.evaluate.evaluation import read_test_pair, resolve_test_set  # noqa: E402
 from seq2seq.evaluate.metrics import score_corpus  # noqa: E402

@@ -29,8 +29,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from seq2seq.config.experiment import load_config  # noqa: E402
-from seq2seq.decode.translator import SearchOptions, Translator  # noqa: E402
+from seq2seq.config.loading import load_config  # noqa: E402
+from seq2seq.decode.options import SearchOptions  # noqa: E402
+from seq2seq.decode.translator import Translator  # noqa: E402
 from seq2seq.evaluate.evaluation import read_test_pair, resolve_test_set  # noqa: E402
 from seq2seq.evaluate.metrics import score_corpus  # noqa: E402
 from seq2seq.export.exporter import export_ctranslate2, export_onnx  # noqa: E402
@@ -115,7 +116,7 @@ def search_tokens(translator: Translator, src_ids: list[list[int]], opts: Search
     """Best hypothesis' token ids per sentence ([] for an empty source)."""
     out: list[list[int]] = [[] for _ in src_ids]
     todo = [i for i, s in enumerate(src_ids) if s]
-    from seq2seq.decode.translator import batch_by_tokens
+    from seq2seq.decode.batching import batch_by_tokens
 
     for batch in batch_by_tokens([len(src_ids[i]) for i in todo], opts.max_tokens):
         idx = [todo[j] for j in batch]

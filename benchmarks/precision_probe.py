@@ -17,7 +17,7 @@ import time
 
 import torch
 
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.train.precision import bf16_speedup, resolve_precision
 from seq2seq.train.trainer import _probe_forward
 

@@ -66,7 +66,7 @@ SCOPES = {
     "seq2seq.model.decoder_state.DecoderState.reorder": "reorder",
     "seq2seq.model.attention.KVCache.write": "KV cache write",
     "seq2seq.model.attention.attend": "attention",
-    "seq2seq.decode.search.beam_candidates": "search rules",
+    "seq2seq.decode.beam.beam_candidates": "search rules",
 }
 
 
@@ -154,7 +154,8 @@ def main() -> None:
     p.add_argument("--threads-sweep", action="store_true", help="also time 1 and 2 threads")
     args = p.parse_args()
 
-    from seq2seq.decode.translator import Translator, batch_by_tokens
+    from seq2seq.decode.batching import batch_by_tokens
+    from seq2seq.decode.translator import Translator
 
     torch.set_num_threads(args.threads)
     translator = Translator.load(args.model_dir, method="beam", beam_size=args.beam)

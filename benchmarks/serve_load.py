@@ -292,7 +292,7 @@ SOURCE, TARGET = "en", "de"  # set from the model's data.pair
 
 
 def read_test_source(model_dir: Path, mirror: str | None, split: str) -> list[str]:
-    from seq2seq.config.experiment import load_config
+    from seq2seq.config.loading import load_config
 
     cfg = load_config(model_dir / "config.yaml")
     src_lang, tgt_lang = cfg.data.pair.split("-")

@@ -154,7 +154,7 @@ def forward_flops(src_lens, tgt_lens, *, d: int, ff: int, enc: int, dec: int, vo
 
 def prepare(shape: str, mirror: str | None) -> None:
     """Build the tokenizer and the binarized stores once (shared by every subprocess)."""
-    from seq2seq.config.experiment import load_config
+    from seq2seq.config.loading import load_config
     from seq2seq.data.datamodule import TranslationDataModule
 
     cfg = load_config(None, overrides(shape))
@@ -164,7 +164,7 @@ def prepare(shape: str, mirror: str | None) -> None:
 
 def batches(steps: int, mirror: str | None, shape: str, impl: str = "ours"):
     """The first ``steps`` training batches of the shape's config (same order everywhere)."""
-    from seq2seq.config.experiment import load_config
+    from seq2seq.config.loading import load_config
     from seq2seq.data.datamodule import TranslationDataModule
 
     cfg = load_config(None, overrides(shape, impl))

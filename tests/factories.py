@@ -42,7 +42,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, train_tokenizer
 from seq2seq.model.directory import load_model_dir, save_model_dir
 from seq2seq.model.transformer import build_model

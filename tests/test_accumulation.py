@@ -12,7 +12,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.data.batching import Batch, collate
 from seq2seq.train.module import TranslationModule
 
@@ -102,7 +102,7 @@ DDP_RUNNER = textwrap.dedent(
     import torch
     sys.path.insert(0, sys.argv[2])  # tests/: this file's helpers
     from test_accumulation import TINY, VOCAB, _Capture, micro_batches
-    from seq2seq.config.experiment import load_config
+    from seq2seq.config.loading import load_config
 
     class PerRank(_Capture):
         def train_dataloader(self):

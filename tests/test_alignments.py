@@ -180,7 +180,7 @@ def test_jsonl_one_object_per_input_line(trained_dir, tmp_path):
 
 
 def test_an_engine_without_attention_is_a_clear_error(trained_dir):
-    from seq2seq.decode.engines import OnnxEngine
+    from seq2seq.decode.onnx_engine import OnnxEngine
 
     with pytest.raises(UserError, match="no attention"):
         OnnxEngine.start(object.__new__(OnnxEngine), [[5, EOS_ID]], attention=True)

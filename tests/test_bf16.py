@@ -8,7 +8,7 @@ import pytorch_lightning as pl
 import torch
 
 import seq2seq.train.module as system
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.data.batching import collate
 from seq2seq.model.loss import label_smoothed_nll, projected_label_smoothed_nll
 from seq2seq.train.module import TranslationModule

@@ -21,7 +21,7 @@ import torch
 from factories import make_model_dir, synthetic_pairs
 
 from seq2seq.cli import main
-from seq2seq.config.experiment import dump_config, load_config
+from seq2seq.config.loading import dump_config, load_config
 from seq2seq.model.directory import load_model_dir
 from seq2seq.train.checkpointer import AtomicCheckpointIO
 from seq2seq.train.checkpoints import CheckpointError, read_checkpoint

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.config.experiment import DataConfig
+from seq2seq.config.schema import DataConfig
 from seq2seq.core.errors import UserError
 from seq2seq.data.cleaning import Cleaner, CleaningReport, CleaningRules
 from seq2seq.data.parallel import iter_parallel

@@ -7,15 +7,15 @@ import dataclasses
 import pytest
 import yaml
 
-from seq2seq.config.experiment import (
-    ConfigError,
-    ExperimentConfig,
+from seq2seq.config.errors import ConfigError
+from seq2seq.config.loading import (
     apply_overrides,
     config_from_dict,
     config_to_dict,
     dump_config,
     load_config,
 )
+from seq2seq.config.schema import ExperimentConfig
 
 
 def test_defaults_live_in_dataclasses_and_are_frozen():
@@ -259,7 +259,7 @@ def test_a_duplicate_key_inside_a_section_is_an_error(tmp_path):
 
 
 def test_yaml_merge_keys_are_not_duplicates(tmp_path):
-    from seq2seq.config.experiment import _read_yaml
+    from seq2seq.config.loading import _read_yaml
 
     path = tmp_path / "x.yaml"
     path.write_text(

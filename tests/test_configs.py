@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.train.module import TranslationModule
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))

@@ -1,4 +1,5 @@
-"""Constrained search (seq2seq/decode/constraints.py through seq2seq/decode/search.py) on scripted models.
+"""Constrained search (seq2seq/decode/constraints.py through seq2seq/decode/beam.py, greedy.py,
+sampling.py) on scripted models.
 
 The fake model's distribution is a pure function of (sentence, generated tokens), as in
 tests/test_search.py; its state records the tokens consumed so far, and a step may consume
@@ -16,9 +17,12 @@ import pytest
 import torch
 
 from seq2seq.core.errors import UserError
-from seq2seq.decode import search as search_module
+from seq2seq.decode import rules as rules_module
+from seq2seq.decode.beam import beam_search
 from seq2seq.decode.constraints import Constraints, ConstraintState, Terminology, allocate
-from seq2seq.decode.search import Hypothesis, beam_search, greedy_search, sample
+from seq2seq.decode.greedy import greedy_search
+from seq2seq.decode.sampling import sample
+from seq2seq.decode.search_base import Hypothesis
 
 PAD, BOS, EOS, UNK, A, B, C, D = range(8)
 SPECIAL = {"bos_id": BOS, "eos_id": EOS, "pad_id": PAD}
@@ -391,7 +395,7 @@ def test_fused_path_equals_the_exact_path_under_constraints(monkeypatch):
     cons = [random_constraints(rng, vocab, with_prefix=True, with_avoid=True) for _ in range(n)]
     dist = random_dist(vocab)
     fused = beam(Fake(dist, vocab), n, cons, beam_size=4, nbest=3)
-    monkeypatch.setattr(search_module, "_FUSED_MIN_VOCAB", 10**9)
+    monkeypatch.setattr(rules_module, "_FUSED_MIN_VOCAB", 10**9)
     exact = beam(Fake(dist, vocab), n, cons, beam_size=4, nbest=3)
     for f, e in zip(fused, exact):
         assert [h.tokens for h in f] == [h.tokens for h in e]
@@ -426,7 +430,7 @@ def test_greedy_and_sampling_keep_prefix_and_avoid_on_random_models(monkeypatch)
     fused = greedy()
     for h, c in zip(fused, cons):
         check_holds(h, c)
-    monkeypatch.setattr(search_module, "_FUSED_MIN_VOCAB", 10**9)
+    monkeypatch.setattr(rules_module, "_FUSED_MIN_VOCAB", 10**9)
     assert [h.tokens for h in greedy()] == [h.tokens for h in fused]  # the exact path agrees
     monkeypatch.undo()
     for h, c in zip(

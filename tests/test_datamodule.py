@@ -9,7 +9,7 @@ import pytest
 import pytorch_lightning as pl
 import torch
 
-from seq2seq.config.experiment import DataConfig, ExperimentConfig
+from seq2seq.config.schema import DataConfig, ExperimentConfig
 from seq2seq.core.errors import UserError
 from seq2seq.data.batching import Batch
 from seq2seq.data.datamodule import TranslationDataModule

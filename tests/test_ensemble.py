@@ -11,9 +11,10 @@ from factories import make_model_dir, perturbed_copy
 
 from seq2seq.cli import main
 from seq2seq.core.errors import UserError
+from seq2seq.decode.beam import beam_search
 from seq2seq.decode.ensemble import Ensemble, combine_log_probs
+from seq2seq.decode.greedy import greedy_search
 from seq2seq.decode.options import StepDecoder
-from seq2seq.decode.search import beam_search, greedy_search
 from seq2seq.decode.translator import Translator
 
 SENTENCES = [

@@ -17,8 +17,10 @@ from factories import make_model_dir, synthetic_pairs
 
 from seq2seq.cli import main
 from seq2seq.core.errors import UserError
-from seq2seq.decode.engines import CTranslate2Engine, OnnxEngine
-from seq2seq.decode.translator import SearchOptions, Translator
+from seq2seq.decode.ctranslate2_engine import CTranslate2Engine
+from seq2seq.decode.onnx_engine import OnnxEngine
+from seq2seq.decode.options import SearchOptions
+from seq2seq.decode.translator import Translator
 from seq2seq.export.exporter import ExportError, export_ctranslate2, export_model, export_onnx
 from seq2seq.model.directory import load_model_dir
 
@@ -76,8 +78,8 @@ def test_greedy_output_is_token_identical_on_every_engine(exported, variant):
         hyps = _search(dirs[engine], engine, greedy)
         assert [h[0].tokens for h in hyps] == tokens, engine
         for ref, got in zip(reference, hyps):
-            # ONNX runs seq2seq.decode.search: the same scores. CTranslate2 renormalizes without EOS
-            # at the min_len step (documented in seq2seq/decode/engines.py): slightly higher scores.
+            # ONNX runs seq2seq's own search: the same scores. CTranslate2 renormalizes without EOS
+            # at the min_len step (seq2seq/decode/ctranslate2_engine.py says so): slightly higher scores.
             if engine == "onnx":
                 assert got[0].score == pytest.approx(ref[0].score, abs=1e-4)
             else:

@@ -12,7 +12,8 @@ import torch
 from factories import WORDS, make_model_dir
 
 from seq2seq.cli import main
-from seq2seq.config.experiment import ConfigError, dump_config, load_config
+from seq2seq.config.errors import ConfigError
+from seq2seq.config.loading import dump_config, load_config
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.model.directory import ModelDirError, load_model_dir, verify_model_dir
 from seq2seq.train.finetune import read_parent

@@ -25,18 +25,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from seq2seq.cli import main
-from seq2seq.config.experiment import ConfigError, ExperimentConfig, load_config
+from seq2seq.config.errors import ConfigError
+from seq2seq.config.loading import load_config
+from seq2seq.config.schema import ExperimentConfig
 from seq2seq.core.errors import UserError
 from seq2seq.data.parallel import iter_parallel, read_parallel
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
-from seq2seq.decode.search import Hypothesis
-from seq2seq.decode.translator import (
-    LineReader,
-    SearchOptions,
-    Translator,
-    open_lines,
-    translate_stream,
-)
+from seq2seq.decode.lines import LineReader, open_lines
+from seq2seq.decode.options import SearchOptions
+from seq2seq.decode.search_base import Hypothesis
+from seq2seq.decode.stream import translate_stream
+from seq2seq.decode.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.train.module import TranslationModule
 
 # A 20 MB block, allocated, written and freed three times: the page faults of each round.

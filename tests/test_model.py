@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seq2seq.config.experiment import ModelConfig
+from seq2seq.config.schema import ModelConfig
 from seq2seq.model.layers import FeedForward, PositionalEncoding, sinusoidal_table
 from seq2seq.model.loss import label_smoothed_nll
 from seq2seq.model.transformer import Seq2SeqTransformer, build_model

@@ -16,7 +16,7 @@ import torch
 from factories import make_model_dir
 
 from seq2seq.cli import main
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.core.files import sha256_file
 from seq2seq.model.directory import (
     FORMAT_NAME,
@@ -256,7 +256,7 @@ def test_a_config_that_does_not_fit_the_weights_allocates_nothing(
 
     config = model_dir / "config.yaml"
     cfg = load_config(config, ["model.d_model=65536", "model.n_heads=2"])
-    from seq2seq.config.experiment import dump_config
+    from seq2seq.config.loading import dump_config
 
     config.write_text(dump_config(cfg), encoding="utf-8")
     write_manifest(model_dir)

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from test_train import overrides, write_copy_corpus
 
-from seq2seq.config.experiment import dump_config, load_config
+from seq2seq.config.loading import dump_config, load_config
 from seq2seq.core.files import exclusive
 from seq2seq.model.directory import load_model_dir
 
@@ -33,7 +33,7 @@ RUNNER = textwrap.dedent(
 
     from seq2seq.data import datamodule
     from seq2seq.train import module as system
-    from seq2seq.config.experiment import load_config
+    from seq2seq.config.loading import load_config
     from seq2seq.train.trainer import train
 
     out = Path(sys.argv[1])

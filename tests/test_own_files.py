@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from seq2seq.config.experiment import ExperimentConfig, load_config
+from seq2seq.config.loading import load_config
+from seq2seq.config.schema import ExperimentConfig
 from seq2seq.core.errors import UserError
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.parallel import count_lines, split_tsv

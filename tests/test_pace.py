@@ -7,7 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from seq2seq.config.experiment import ConfigError, load_config
+from seq2seq.config.errors import ConfigError
+from seq2seq.config.loading import load_config
 from seq2seq.train.module import check_training_config
 from seq2seq.train.pace_watch import PaceWatch, format_minutes
 

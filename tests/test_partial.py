@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from factories import make_model_dir
 
-import seq2seq.decode.translator
+import seq2seq.decode.stream
 from seq2seq.cli import main
 
 
@@ -21,17 +21,17 @@ def interrupted(model_dir, tmp_path, monkeypatch):
     src = tmp_path / "a.txt"
     src.write_text("a dog runs\ntwo cats sit\nthe big tree\n", encoding="utf-8")
     out = tmp_path / "out.txt"
-    real = seq2seq.decode.translator.translate_stream
+    real = seq2seq.decode.stream.translate_stream
 
     def stopped(translator, reader, *, output, **kwargs):
         partial = output.with_name(output.name + ".partial")
         partial.write_text(translator.translate([reader.read_chunk(1)[0]])[0] + "\n")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(seq2seq.decode.translator, "translate_stream", stopped)
+    monkeypatch.setattr(seq2seq.decode.stream, "translate_stream", stopped)
     args = ["translate", str(model_dir), "-i", str(src), "-o", str(out), "--beam", "3"]
     assert main(args) == 130
-    monkeypatch.setattr(seq2seq.decode.translator, "translate_stream", real)
+    monkeypatch.setattr(seq2seq.decode.stream, "translate_stream", real)
     assert (tmp_path / "out.txt.partial.json").is_file() and not out.exists()
     return args, src, out
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.train.module import check_training_config
 from seq2seq.train.precision import bf16_speedup, cpu_flags, resolve_precision
 

@@ -1,4 +1,5 @@
-"""Tests for seq2seq/decode/search.py with hand-written step functions (no model).
+"""Tests for seq2seq/decode/beam.py, greedy.py and sampling.py with hand-written step functions
+(no model).
 
 The fake model's distribution is a pure function of (sentence id, generated prefix), looked up
 from a table or drawn from a seeded hash, so every expected score below is plain arithmetic.
@@ -17,8 +18,13 @@ import pytest
 import torch
 
 from seq2seq.core.errors import UserError
-from seq2seq.decode import search as search_module
-from seq2seq.decode.search import Hypothesis, beam_search, greedy_search, sample
+from seq2seq.decode import beam as beam_module
+from seq2seq.decode import greedy as greedy_module
+from seq2seq.decode import rules as rules_module
+from seq2seq.decode.beam import beam_search
+from seq2seq.decode.greedy import greedy_search
+from seq2seq.decode.sampling import sample
+from seq2seq.decode.search_base import Hypothesis
 
 PAD, BOS, EOS, UNK, A, B, C, D = range(8)
 V = 8
@@ -695,8 +701,8 @@ def test_half_precision_log_probs_are_promoted():
 
 
 def _candidates(lp, prefix, max_lens, scores, *, fused, monkeypatch, **kw):
-    monkeypatch.setattr(search_module, "_FUSED_MIN_VOCAB", 0 if fused else 10**9)
-    return search_module.beam_candidates(lp, prefix, max_lens, scores, **SPECIAL, **kw)
+    monkeypatch.setattr(rules_module, "_FUSED_MIN_VOCAB", 0 if fused else 10**9)
+    return beam_module.beam_candidates(lp, prefix, max_lens, scores, **SPECIAL, **kw)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16])
@@ -784,12 +790,12 @@ def test_greedy_pick_is_the_argmax_of_the_constrained_row(rules):
     max_lens = torch.tensor([9, 9, 9, 9, 9, 9, 4, 9])  # row 6: forced EOS
     kw = dict(min_len=rules.get("min_len", 1), no_repeat_ngram=0)
     kw.update(unk_id=rules.get("unk_id"), unk_penalty=rules.get("unk_penalty", 0.0))
-    tok, tok_lp = search_module._greedy_pick(lp, prefix, max_lens, **SPECIAL, **kw)
-    exact = search_module._constrain(lp, prefix, max_lens, **SPECIAL, **kw)
+    tok, tok_lp = greedy_module._greedy_pick(lp, prefix, max_lens, **SPECIAL, **kw)
+    exact = rules_module.constrain(lp, prefix, max_lens, **SPECIAL, **kw)
     assert torch.equal(tok, exact.argmax(-1))
     assert torch.equal(tok_lp, exact.gather(1, tok[:, None]).squeeze(1))
     assert tok[6] == EOS and (tok[2] == 17 or rules.get("unk_penalty", 0) < 0)
     # a row whose maximum ties beyond the columns looked at: the exact path decides
     flat = torch.full((2, V), -math.log(V))
     plain = dict(min_len=1, no_repeat_ngram=0, unk_id=None, unk_penalty=0.0)
-    assert search_module._greedy_pick(flat, prefix[:2], max_lens[:2], **SPECIAL, **plain) is None
+    assert greedy_module._greedy_pick(flat, prefix[:2], max_lens[:2], **SPECIAL, **plain) is None

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import seq2seq.model.attention as attention
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.data.batching import collate
 from seq2seq.model.attention import SelfAttention
 from seq2seq.model.layers import FeedForward

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from test_train import overrides, write_copy_corpus
 
-from seq2seq.config.experiment import dump_config, load_config
+from seq2seq.config.loading import dump_config, load_config
 from seq2seq.core.signals import Stopped, exit_status, raise_on_sigterm
 from seq2seq.train.checkpoints import periodic_checkpoints
 

@@ -11,7 +11,8 @@ from safetensors.torch import load_file, save_file
 
 from seq2seq.cli import main
 from seq2seq.core.errors import UserError
-from seq2seq.decode.translator import SearchOptions, Translator
+from seq2seq.decode.options import SearchOptions
+from seq2seq.decode.translator import Translator
 from seq2seq.model.directory import ModelDirError, load_model_dir, write_manifest
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from factories import make_model_dir
 
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.core.errors import UserError
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import train_tokenizer

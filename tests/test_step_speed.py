@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from seq2seq.config.experiment import load_config
+from seq2seq.config.loading import load_config
 from seq2seq.train.module import TranslationModule
 
 TINY = [

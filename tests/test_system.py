@@ -9,7 +9,8 @@ import pytest
 import torch
 from factories import make_model_dir, synthetic_pairs
 
-from seq2seq.config.experiment import ConfigError, config_from_dict, load_config
+from seq2seq.config.errors import ConfigError
+from seq2seq.config.loading import config_from_dict, load_config
 from seq2seq.core.errors import UserError
 from seq2seq.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
 from seq2seq.decode.translator import Translator

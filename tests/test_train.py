@@ -20,7 +20,7 @@ import torch
 from safetensors.torch import load_file
 
 from seq2seq.cli import main
-from seq2seq.config.experiment import dump_config, load_config
+from seq2seq.config.loading import dump_config, load_config
 from seq2seq.decode.translator import Translator
 from seq2seq.model.directory import load_model_dir, state_dict_for_saving
 from seq2seq.train.checkpointer import AtomicCheckpointIO
@@ -393,7 +393,7 @@ DDP_RUNNER = textwrap.dedent(
     from pathlib import Path
 
     from seq2seq.train import module as system
-    from seq2seq.config.experiment import load_config
+    from seq2seq.config.loading import load_config
     from seq2seq.train.trainer import train
 
     out = Path(sys.argv[1])

@@ -15,19 +15,17 @@ import pytest
 import torch
 from factories import make_model_dir, synthetic_pairs
 
-from seq2seq.config.experiment import DecodingConfig
+from seq2seq.config.schema import DecodingConfig
 from seq2seq.core.errors import UserError
 from seq2seq.data.tokenizer import EOS_ID
-from seq2seq.decode import engines
-from seq2seq.decode import search as search_module
+from seq2seq.decode import rules as rules_module
+from seq2seq.decode import torch_engine as engines
+from seq2seq.decode.batching import batch_by_tokens
 from seq2seq.decode.engines import ENGINES
+from seq2seq.decode.lines import LineReader
 from seq2seq.decode.options import SearchOptions, max_target_lens, reorder_state
-from seq2seq.decode.translator import (
-    LineReader,
-    Translator,
-    batch_by_tokens,
-    translate_stream,
-)
+from seq2seq.decode.stream import translate_stream
+from seq2seq.decode.translator import Translator
 
 REPO = Path(__file__).resolve().parents[1]
 SENTENCES = [
@@ -224,7 +222,7 @@ def test_fast_paths_give_the_exact_paths_output_bit_for_bit(
             return log_probs, dataclasses.replace(state, self_kv=kv, position=prefix.size(1))
 
         with monkeypatch.context() as m:
-            m.setattr(search_module, "_FUSED_MIN_VOCAB", 10**9)
+            m.setattr(rules_module, "_FUSED_MIN_VOCAB", 10**9)
             m.setattr(model, "decode_step", concat_step)
             m.setattr(engines, "_recycling_reorder", reorder_state)
             assert translator.translate_nbest(SENTENCES) == fast

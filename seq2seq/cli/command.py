@@ -569,7 +569,7 @@ def _serve(sub) -> None:
     )
     p.add_argument("--host", default="127.0.0.1", help="interface (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="TCP port, 0 = any free (default 8080)")
-    # Unset limits keep seq2seq.serve.server.ServeConfig's defaults (GET /v1/models shows those in
+    # Unset limits keep seq2seq.serve.config.ServeConfig's defaults (GET /v1/models shows those in
     # force); not imported here, so that building the parser stays cheap for every command.
     g = p.add_argument_group("limits and batching (unset: the defaults GET /v1/models lists)")
     g.add_argument("--max-chars", type=int, metavar="N", help="characters per request")

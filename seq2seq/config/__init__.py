@@ -1,5 +1,6 @@
-"""Experiment configuration: frozen dataclasses that a YAML file mirrors one to one, loading,
-``key=value`` overrides and the comparisons that resume and fine-tuning need.
+"""Experiment configuration: frozen dataclasses that a YAML file mirrors one to one
+(:mod:`~seq2seq.config.schema`), loading, ``key=value`` overrides and the comparisons that
+resume and fine-tuning need (:mod:`~seq2seq.config.loading`).
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
@@ -9,17 +10,17 @@ from __future__ import annotations
 from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
-    "ConfigError": "experiment",
-    "DecodingConfig": "experiment",
-    "ExperimentConfig": "experiment",
-    "ExportConfig": "experiment",
-    "ModelConfig": "experiment",
-    "TrainingConfig": "experiment",
-    "apply_overrides": "experiment",
-    "config_to_dict": "experiment",
-    "dump_config": "experiment",
-    "load_config": "experiment",
-    "model_data_changes": "experiment",
+    "ConfigError": "errors",
+    "DecodingConfig": "schema",
+    "ExperimentConfig": "schema",
+    "ExportConfig": "schema",
+    "ModelConfig": "schema",
+    "TrainingConfig": "schema",
+    "apply_overrides": "loading",
+    "config_to_dict": "loading",
+    "dump_config": "loading",
+    "load_config": "loading",
+    "model_data_changes": "loading",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

@@ -10,21 +10,21 @@ from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
     "ContinuousSearch": "continuous",
-    "LineConstraints": "translator",
+    "LineConstraints": "stream",
     "Scorer": "scoring",
     "SearchOptions": "options",
     "Terminology": "constraints",
-    "TorchEngine": "engines",
+    "TorchEngine": "torch_engine",
     "Translation": "translator",
     "Translator": "translator",
     "fingerprint": "partial_output",
     "format_alignment": "alignments",
     "guard": "partial_output",
-    "open_lines": "translator",
-    "read_lines": "translator",
+    "open_lines": "lines",
+    "read_lines": "lines",
     "score_files": "scoring",
     "supports": "continuous",
-    "translate_stream": "translator",
+    "translate_stream": "stream",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

@@ -3,9 +3,10 @@
 The rule (fairseq's ``--print-alignment`` hard alignment, then merged to words):
 
 1. Attention: the cross-attention of the LAST decoder layer, averaged over ALL its heads, at
-   the step that produced each target piece (what :class:`~seq2seq.model.decoder_state.DecoderState` keeps
-   with ``need_weights``; CTranslate2's ``return_attention`` with the export's
-   ``alignment_layer=-1`` and ``alignment_heads=0``, all heads averaged). An ensemble averages
+   the step that produced each target piece (what
+   :class:`~seq2seq.model.decoder_state.DecoderState` keeps with ``need_weights``; CTranslate2's
+   ``return_attention`` with the export's ``alignment_layer=-1`` and ``alignment_heads=0``,
+   all heads averaged). An ensemble averages
    its members' attention.
 2. Pieces: each target piece is aligned to the source piece it attends to most (argmax over
    the source pieces; the source EOS and padding are left out, as fairseq leaves out EOS and

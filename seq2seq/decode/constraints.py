@@ -8,7 +8,8 @@ Two levels:
   phrases that must never appear. :class:`Terminology` turns source terms found in a source
   sentence into ``include`` phrases (text level; the Translator encodes them).
 - :class:`ConstraintState`: the same for every hypothesis (row) of a search, as tensors, which
-  seq2seq.decode.search advances with each chosen token and reorders with the beams. The search
+  the searches (seq2seq.decode.beam, greedy, sampling) advance with each chosen token and
+  reorder with the beams. The search
   stays model-agnostic: it asks this state which tokens are forced (the prefix), which are
   banned (avoid), whether EOS is allowed (every ``include`` phrase met), which tokens would
   advance a constraint, and how many constraint tokens a candidate would have met (its *bank*,

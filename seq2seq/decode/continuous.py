@@ -5,11 +5,11 @@ rows leave, so the batch shrinks, and a sentence that arrives meanwhile waits fo
 batch. Here the batch is refilled instead (iteration-level scheduling, as in Orca and vLLM):
 :meth:`ContinuousSearch.add` encodes new sentences and appends their beams to the running
 search between two steps, and :meth:`ContinuousSearch.step` returns each sentence the moment
-it is finished. The server (seq2seq.serve.server, through seq2seq.serve.batcher) keeps the engine's rows
-full this way while requests come and go.
+it is finished. The server (seq2seq.serve.service, through seq2seq.serve.batcher) keeps the
+engine's rows full this way while requests come and go.
 
-Each sentence is searched exactly as :func:`seq2seq.decode.search.beam_search` searches it (the same
-candidate rules, :func:`seq2seq.decode.search.beam_candidates`; the same finalization and scores);
+Each sentence is searched exactly as :func:`seq2seq.decode.beam.beam_search` searches it (the same
+candidate rules, :func:`seq2seq.decode.beam.beam_candidates`; the same finalization and scores);
 only the layout differs. Rows live on one global time axis: a row's tokens and its cached
 self-attention keys start at the column where its sentence joined (``start``), everything to
 the left is padding its query never sees (``self_key_pad``), and its position embedding counts
@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from seq2seq.decode.beam import beam_candidates
 from seq2seq.decode.options import SearchOptions, max_target_lens
-from seq2seq.decode.search import Hypothesis, beam_candidates
+from seq2seq.decode.search_base import Hypothesis
 from seq2seq.model import KVCache
 
 __all__ = ["ContinuousSearch", "supports"]
@@ -95,7 +96,7 @@ class ContinuousSearch:
 
     @classmethod
     def for_engine(cls, engine, opts: SearchOptions) -> ContinuousSearch:
-        """Over a :class:`~seq2seq.decode.engines.TorchEngine`'s model, ids and device."""
+        """Over a :class:`~seq2seq.decode.torch_engine.TorchEngine`'s model, ids and device."""
         return cls(
             engine.model,
             opts,

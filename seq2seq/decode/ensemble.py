@@ -6,7 +6,7 @@ token is the log of the mean of the members' probabilities,
 stably as ``max + log(mean(exp(lp_m - max)))`` (:func:`combine_log_probs`; exact for one
 member, or for identical members).
 
-Search stays model-agnostic (DESIGN.md): :class:`Ensemble` turns the members'
+Search stays model-agnostic (docs/design.md): :class:`Ensemble` turns the members'
 :class:`~seq2seq.decode.options.StepDecoder` s into ONE step function, reorder function and state.
 Each member keeps its own decoding state (its own KV cache); ``reorder`` reorders all of them
 with the same index, so the beams stay aligned. Cross-attention (for alignments) is the mean of
@@ -30,13 +30,9 @@ from torch import Tensor
 
 from seq2seq.core import UserError
 from seq2seq.decode.constraints import Constraints
-from seq2seq.decode.options import (
-    LoadedEngine,
-    SearchOptions,
-    StepDecoder,
-    search_steps,
-)
-from seq2seq.decode.search import Hypothesis
+from seq2seq.decode.dispatch import search_steps
+from seq2seq.decode.options import LoadedEngine, SearchOptions, StepDecoder
+from seq2seq.decode.search_base import Hypothesis
 
 __all__ = [
     "Ensemble",
@@ -74,7 +70,7 @@ class EnsembleState:
 
 
 class Ensemble:
-    """Several members' step functions as one (what seq2seq.decode.search sees).
+    """Several members' step functions as one (what a search sees).
 
     Args:
         members: one :class:`~seq2seq.decode.options.StepDecoder` per model, all started on the same
@@ -112,7 +108,7 @@ class EnsembleEngine:
     Args:
         engines: engines with ``start(src, *, attention) -> StepDecoder`` and the special ids
             (``pad_id``, ``bos_id``, ``eos_id``, ``unk_id``, the same for all), e.g.
-            :class:`~seq2seq.decode.engines.TorchEngine`.
+            :class:`~seq2seq.decode.torch_engine.TorchEngine`.
         device: where the search's bookkeeping lives (the members' device; None: the CPU).
     """
 

@@ -5,7 +5,7 @@ scored with ONE teacher-forced forward pass (the training forward, no search) an
 :func:`seq2seq.model.loss.target_log_probs`, the per-token log-probabilities behind the loss:
 
 - ``log_prob``: the sum over the target's pieces and its EOS of ``log p(y_t | y_<t, src)``;
-- ``score``: ``log_prob / n_tokens ** len_penalty``, the search's normalization (DESIGN.md), so
+- ``score``: ``log_prob / n_tokens ** len_penalty``, the search's normalization (docs/design.md), so
   the score of a beam search's own output is the score the search reported for it;
 - ``n_tokens``: target pieces + EOS (the start token is not counted).
 
@@ -34,8 +34,9 @@ from torch import Tensor
 
 from seq2seq.config import ExperimentConfig
 from seq2seq.core import UserError
+from seq2seq.decode.batching import batch_by_tokens
 from seq2seq.decode.ensemble import check_same_vocabularies, combine_log_probs
-from seq2seq.decode.translator import batch_by_tokens, read_lines
+from seq2seq.decode.lines import read_lines
 from seq2seq.model import target_log_probs
 
 __all__ = ["PairScore", "Scorer", "corpus_summary", "score_files"]

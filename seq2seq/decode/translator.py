@@ -2,52 +2,37 @@
 
 Three layers, each replaceable:
 
-- :class:`~seq2seq.decode.options.SearchOptions`: how to search (beam, greedy or sampling, and their
-  knobs); built from the config's ``decoding`` section plus overrides (re-exported here).
+- :class:`~seq2seq.decode.options.SearchOptions`: how to search (beam, greedy or sampling, and
+  their knobs); built from the config's ``decoding`` section plus overrides.
 - an *engine* (:class:`seq2seq.decode.options.Engine` protocol): source ids in, hypotheses out.
-  :class:`seq2seq.decode.engines.TorchEngine` runs seq2seq.decode.search over the model's KV-cached
-  ``decode_step``; other runtimes (CTranslate2, ONNX) plug in by adding a loader to
+  :class:`seq2seq.decode.torch_engine.TorchEngine` runs seq2seq's search over the model's
+  KV-cached ``decode_step``; other runtimes (CTranslate2, ONNX) plug in by adding a loader to
   :data:`seq2seq.decode.engines.ENGINES`.
 - :class:`Translator`: text in, text out. SentencePiece encoding, truncation of over-long
-  lines, length-sorted batches of at most ``max_tokens`` source tokens, input order restored,
-  detokenization.
+  lines, length-sorted batches of at most ``max_tokens`` source tokens
+  (:func:`seq2seq.decode.batching.batch_by_tokens`), input order restored, detokenization.
 
-The command-line side lives here too: :class:`LineReader` (strict UTF-8 lines from a byte
-stream, translating as soon as a line arrives) and :func:`translate_stream`, the body of
-``seq2seq translate``.
+The command-line side (reading lines, ``seq2seq translate``'s loop) is
+:mod:`seq2seq.decode.lines` and :mod:`seq2seq.decode.stream`.
 """
 
 from __future__ import annotations
 
 import os
-import select
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 from seq2seq.config import ExperimentConfig
 from seq2seq.core import UserError
+from seq2seq.decode.batching import batch_by_tokens
 from seq2seq.decode.constraints import Constraints, Terminology
 from seq2seq.decode.engines import ENGINES
 from seq2seq.decode.options import Engine, SearchOptions
-from seq2seq.decode.search import Hypothesis
+from seq2seq.decode.search_base import Hypothesis
 
-__all__ = [
-    "LineConstraints",
-    "LineReader",
-    "SearchOptions",
-    "Translation",
-    "Translator",
-    "batch_by_tokens",
-    "open_lines",
-    "read_lines",
-    "translate_stream",
-]
-
-# ---------------------------------------------------------------------------------------------
-# Text in, text out
+__all__ = ["Translation", "TruncationCallback", "Translator"]
 
 
 class Translation(NamedTuple):
@@ -55,13 +40,14 @@ class Translation(NamedTuple):
 
     text: str
     score: float
-    """Length-normalized log-probability (see seq2seq.decode.search)."""
+    """Length-normalized log-probability (see seq2seq.decode.search_base)."""
     token_scores: list[float]
     """Log-probability of each generated SentencePiece token, EOS included."""
     tokens: list[int] = []
     """The generated target ids, EOS included (``tokenizer.tgt_pieces`` names them)."""
     alignment: list[tuple[int, int]] | None = None
-    """Word alignment ``(source word, target word)`` pairs (seq2seq.decode.alignments), when asked."""
+    """Word alignment ``(source word, target word)`` pairs (seq2seq.decode.alignments), when
+    asked."""
 
 
 TruncationCallback = Callable[[int, int], None]
@@ -74,31 +60,6 @@ def _sentence_name(i: int) -> str:
 
 def _warn_truncated(line_no: int, n_tokens: int) -> None:
     warnings.warn(f"line {line_no}: {n_tokens} source tokens, truncated", stacklevel=3)
-
-
-def batch_by_tokens(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Group indices into length-sorted batches of at most ``max_tokens`` padded tokens.
-
-    A batch costs ``len(batch) * max(lengths in batch)``; a sentence longer than
-    ``max_tokens`` forms a batch of its own.
-
-    Returns:
-        Batches of indices into ``lengths``, shortest sentences first.
-    """
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    width = 0
-    for i in order:
-        new_width = max(width, lengths[i])
-        if current and new_width * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current, new_width = [], lengths[i]
-        current.append(i)
-        width = new_width
-    if current:
-        batches.append(current)
-    return batches
 
 
 class Translator:
@@ -373,315 +334,3 @@ class Translator:
             Translation(text, float(h.score), list(h.token_scores), list(h.tokens))
             for text, h in zip(texts, hyps)
         ]
-
-
-# ---------------------------------------------------------------------------------------------
-# Lines in, lines out: the body of `seq2seq translate`
-
-
-class LineReader:
-    """Strict UTF-8 lines from a byte stream, available as soon as they arrive.
-
-    Lines end at ``b"\\n"`` only (a trailing ``b"\\r"`` is dropped; no other character splits
-    a line); a last line without a newline counts. :meth:`read_chunk` blocks until at least one
-    line (or the end) is there, then takes whatever more lines are already readable, up to
-    ``max_lines``: typed lines are translated one by one, a file or pipe in big chunks.
-
-    Args:
-        stream: a binary stream (``sys.stdin.buffer``, ``open(path, "rb")``).
-        name: shown in errors (``<stdin>`` or the path).
-    """
-
-    def __init__(self, stream: BinaryIO, *, name: str) -> None:
-        self.stream = stream
-        self.name = name
-        self.line_no = 0  # lines returned so far
-        self._buf = b""
-        self._eof = False
-        try:
-            self._fd: int | None = stream.fileno()
-        except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
-            self._fd = None
-
-    def _ready(self) -> bool:
-        try:
-            return bool(select.select([self._fd], [], [], 0)[0])
-        except (OSError, ValueError):
-            return False
-
-    def _fill(self) -> None:
-        data = os.read(self._fd, 1 << 16) if self._fd is not None else self.stream.readline()
-        if data:
-            self._buf += data
-        else:
-            self._eof = True
-
-    def _decode(self, raw: bytes) -> str:
-        self.line_no += 1
-        if raw.endswith(b"\r"):
-            raw = raw[:-1]
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise UserError(
-                f"{self.name}:{self.line_no}: invalid UTF-8 (byte {e.start + 1} of the line)"
-            ) from None
-        if self.line_no == 1 and text.startswith("\ufeff"):
-            text = text[1:]  # a byte-order mark is not part of the sentence
-        return text
-
-    def read_chunk(self, max_lines: int) -> list[str]:
-        """The next 1..max_lines lines; [] at the end of the stream."""
-        lines: list[str] = []
-        while len(lines) < max_lines:
-            nl = self._buf.find(b"\n")
-            if nl >= 0:
-                raw, self._buf = self._buf[:nl], self._buf[nl + 1 :]
-                lines.append(self._decode(raw))
-                continue
-            if self._eof:
-                if self._buf:
-                    raw, self._buf = self._buf, b""
-                    lines.append(self._decode(raw))
-                break
-            if lines and (self._fd is None or not self._ready()):
-                break  # translate what we have rather than wait for more
-            self._fill()
-        return lines
-
-    def __iter__(self) -> Iterator[str]:
-        while chunk := self.read_chunk(1024):
-            yield from chunk
-
-
-def open_lines(path: str | Path) -> LineReader:
-    """A :class:`LineReader` over a file, or standard input for ``-``.
-
-    Raises:
-        UserError: the file does not exist or cannot be read.
-    """
-    import sys
-
-    if str(path) == "-":
-        return LineReader(sys.stdin.buffer, name="<stdin>")
-    try:
-        return LineReader(open(path, "rb"), name=str(path))  # noqa: SIM115 (lives with the reader)
-    except FileNotFoundError:
-        raise UserError(f"file not found: {path}") from None
-    except OSError as e:
-        raise UserError(f"cannot read {path}: {e.strerror}") from None
-
-
-def read_lines(path: str | Path) -> list[str]:
-    """Every line of a text file (strict UTF-8, split on newlines only, see :class:`LineReader`).
-
-    Raises:
-        UserError: a missing file, or invalid UTF-8 (naming the file and line).
-    """
-    reader = open_lines(path)
-    try:
-        return list(reader)
-    finally:
-        reader.stream.close()
-
-
-@dataclass(frozen=True)
-class LineConstraints:
-    """How ``seq2seq translate`` reads constraints from its input lines (fairseq-interactive's
-    tab-separated format, extended).
-
-    A line is ``SOURCE`` followed by tab-separated fields, in this order: with ``prefix``, one
-    field, the text the output starts with; with ``constraints`` (``ordered`` or
-    ``unordered``), one field per phrase that must appear; with ``avoid``, one field per phrase
-    that must not. With both ``constraints`` and ``avoid``, an empty field ends the
-    constraints and the avoided phrases follow. Without any of the three, lines are not split
-    (a tab is part of the source). ``terminology`` adds the target terms of the source terms
-    a line contains to its constraints.
-    """
-
-    constraints: str | None = None
-    prefix: bool = False
-    avoid: bool = False
-    terminology: Terminology | None = None
-
-    def __post_init__(self) -> None:
-        if self.constraints not in (None, "ordered", "unordered"):
-            raise UserError(f"--constraints must be ordered or unordered, got {self.constraints!r}")
-        if self.constraints == "ordered" and self.terminology is not None:
-            raise UserError("terminology constraints are unordered: use --constraints unordered")
-
-    @property
-    def splits(self) -> bool:
-        return self.constraints is not None or self.prefix or self.avoid
-
-    @property
-    def active(self) -> bool:
-        return self.splits or self.terminology is not None
-
-    def parse(self, lines: list[str], where: Callable[[int], str]) -> tuple[list[str], dict]:
-        """(the source texts, the constraint arguments of :meth:`Translator.translate_nbest`)."""
-        if not self.splits:
-            return lines, dict(terminology=self.terminology)
-        sources, prefixes, includes, avoids = [], [], [], []
-        for i, line in enumerate(lines):
-            source, *rest = line.split("\t")
-            sources.append(source)
-            prefixes.append(rest.pop(0) if self.prefix and rest else "")
-            include: list[str] = []
-            avoid: list[str] = []
-            if self.constraints is not None and self.avoid:
-                cut = rest.index("") if "" in rest else len(rest)
-                include, avoid = rest[:cut], rest[cut + 1 :]
-            elif self.constraints is not None:
-                include = rest
-            elif self.avoid:
-                avoid = rest
-            elif rest:
-                raise UserError(
-                    f"{where(i)}: {len(rest)} field(s) after the prefix; constraints need "
-                    "--constraints ordered|unordered, avoided phrases --avoid"
-                )
-            includes.append([p for p in include if p.strip()])
-            avoids.append([p for p in avoid if p.strip()])
-        return sources, dict(
-            constraints=includes if self.constraints is not None else None,
-            ordered=self.constraints == "ordered",
-            prefix=prefixes if self.prefix else None,
-            avoid=avoids if self.avoid else None,
-            terminology=self.terminology,
-        )
-
-
-def _resume_point(partial: Path, nbest: int) -> int:
-    """Input lines already translated in ``partial``; cut it back to exactly those lines.
-
-    A kill can leave a half-written last line (dropped here); with n-best output the last
-    input's entries may be incomplete, so its lines are dropped too.
-    """
-    data = partial.read_bytes()
-    data = data[: data.rfind(b"\n") + 1]  # complete lines only
-    lines = [ln + b"\n" for ln in data.split(b"\n")[:-1]]  # b"\n" only, like LineReader
-    if nbest > 1 and lines:
-        try:
-            numbers = [int(ln.split(b" ||| ", 1)[0]) for ln in lines]
-        except ValueError:
-            raise UserError(
-                f"{partial} does not hold n-best lines (LINE ||| TEXT ||| SCORE); "
-                "cannot resume it with --nbest"
-            ) from None
-        last = numbers[-1]
-        lines = [ln for ln, n in zip(lines, numbers) if n < last]
-        done = last - 1
-    else:
-        done = len(lines)
-    with open(partial, "wb") as f:
-        f.write(b"".join(lines))
-    return done
-
-
-def translate_stream(
-    translator: Translator,
-    reader: LineReader,
-    *,
-    stdout: BinaryIO,
-    output: Path | None = None,
-    resume: bool = False,
-    buffer_lines: int = 1000,
-    warn: Callable[[str], None],
-    output_format: str = "text",
-    scores: bool = False,
-    alignments: bool = False,
-    line_constraints: LineConstraints | None = None,
-) -> int:
-    """Translate every line of ``reader``; one output line per input line (``nbest`` with n-best).
-
-    Output goes to ``stdout`` (flushed after each chunk), or with ``output`` to
-    ``OUTPUT.partial``, flushed after each chunk and renamed to ``output`` only once the whole
-    input is translated: an interrupted run never leaves a complete-looking ``output``. With
-    ``resume``, the lines already in ``OUTPUT.partial`` are kept and their input lines skipped.
-
-    N-best output (``nbest`` > 1): ``LINE ||| TEXT ||| SCORE`` lines, ``nbest`` per input line,
-    best first, LINE the 1-based input line number, SCORE the normalized log-probability.
-    ``scores``, ``alignments`` and ``output_format="jsonl"`` (one JSON object per input line):
-    see :mod:`seq2seq.decode.outputs`.
-
-    ``line_constraints``: read constraints from the lines (:class:`LineConstraints`).
-
-    Returns:
-        The number of input lines read.
-    """
-    from seq2seq.decode.outputs import OUTPUT_FORMATS, format_line
-
-    if output_format not in OUTPUT_FORMATS:
-        raise UserError(
-            f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}"
-        )
-    nbest = translator.opts.nbest
-    plain = output_format == "text" and not scores and not alignments
-    lines_per_input = nbest if output_format == "text" else 1  # what resuming counts
-    partial = None if output is None else output.with_name(output.name + ".partial")
-    skip = 0
-    if partial is not None:
-        partial.parent.mkdir(parents=True, exist_ok=True)
-        if resume and partial.is_file():
-            skip = _resume_point(partial, lines_per_input)
-            if skip:
-                warn(f"resuming {partial}: {skip} lines already translated")
-        out = open(partial, "ab" if resume else "wb")  # noqa: SIM115 (closed below)
-    else:
-        out = stdout
-    try:
-        while skip > 0 and (done := reader.read_chunk(min(skip, buffer_lines))):
-            skip -= len(done)
-        while chunk := reader.read_chunk(buffer_lines):
-            first = reader.line_no - len(chunk) + 1
-
-            def on_truncated(i: int, n: int, first: int = first) -> None:
-                warn(
-                    f"{reader.name}:{first + i - 1}: {n} source tokens exceed the model's "
-                    f"{translator.max_src_positions} positions; truncated"
-                )
-
-            def where(i: int, first: int = first) -> str:
-                return f"{reader.name}:{first + i}"
-
-            kwargs: dict = {}
-            if line_constraints is not None and line_constraints.active:
-                chunk, kwargs = line_constraints.parse(chunk, where)
-                kwargs["where"] = where
-            if not plain:
-                results = translator.translate_nbest(
-                    chunk, on_truncated=on_truncated, alignments=alignments, **kwargs
-                )
-                text = "".join(
-                    format_line(
-                        first + i,
-                        entries,
-                        output_format=output_format,
-                        nbest=nbest,
-                        scores=scores,
-                        alignments=alignments,
-                        tokenizer=translator.tokenizer,
-                    )
-                    for i, entries in enumerate(results)
-                )
-            elif nbest > 1:
-                results = translator.translate_nbest(chunk, on_truncated=on_truncated, **kwargs)
-                text = "".join(
-                    f"{first + i} ||| {t.text} ||| {t.score:.4f}\n"
-                    for i, entries in enumerate(results)
-                    for t in entries
-                )
-            else:
-                translations = translator.translate(chunk, on_truncated=on_truncated, **kwargs)
-                text = "".join(t + "\n" for t in translations)
-            out.write(text.encode("utf-8"))
-            out.flush()
-        if partial is not None:
-            os.fsync(out.fileno())
-    finally:
-        if out is not stdout:
-            out.close()
-    if partial is not None and output is not None:
-        os.replace(partial, output)
-    return reader.line_no

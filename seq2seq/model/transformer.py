@@ -38,7 +38,7 @@ class Seq2SeqTransformer(nn.Module):
 
     Teacher forcing: ``forward(src_ids, tgt_in) -> logits``. Incremental decoding:
     ``state = start_state(src_ids)`` then ``decode_step(prefix, state)`` per token, which
-    is a step function for seq2seq.decode.search.
+    is a step function for the searches in seq2seq.decode.
     """
 
     def __init__(

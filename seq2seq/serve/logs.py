@@ -1,7 +1,7 @@
 """The server's one logger.
 
-Every module of the server logs under the name ``seq2seq.serve.server``, which its log lines
-show (``INFO:     seq2seq.serve.server: serving ...``), so one name serves them all.
+Every module of the server logs under the package's name, ``seq2seq.serve``, which its log
+lines show (``INFO:     seq2seq.serve: serving ...``).
 """
 
 from __future__ import annotations
@@ -10,4 +10,4 @@ import logging
 
 __all__ = ["log"]
 
-log = logging.getLogger("seq2seq.serve.server")
+log = logging.getLogger("seq2seq.serve")
