@@ -34,7 +34,8 @@ from seq2seq.decode.options import SearchOptions  # noqa: E402
 from seq2seq.decode.translator import Translator  # noqa: E402
 from seq2seq.evaluate.evaluation import read_test_pair, resolve_test_set  # noqa: E402
 from seq2seq.evaluate.metrics import score_corpus  # noqa: E402
-from seq2seq.export.exporter import export_ctranslate2, export_onnx  # noqa: E402
+from seq2seq.export.ctranslate2 import export_ctranslate2  # noqa: E402
+from seq2seq.export.onnx import export_onnx  # noqa: E402
 
 ENGINES = ("torch", "ctranslate2", "ctranslate2-int8", "onnx")
 

@@ -21,7 +21,10 @@ from seq2seq.decode.ctranslate2_engine import CTranslate2Engine
 from seq2seq.decode.onnx_engine import OnnxEngine
 from seq2seq.decode.options import SearchOptions
 from seq2seq.decode.translator import Translator
-from seq2seq.export.exporter import ExportError, export_ctranslate2, export_model, export_onnx
+from seq2seq.export.ctranslate2 import export_ctranslate2
+from seq2seq.export.exporter import export_model
+from seq2seq.export.format import ExportError
+from seq2seq.export.onnx import export_onnx
 from seq2seq.model.directory import load_model_dir
 
 pytest.importorskip("ctranslate2")
@@ -339,7 +342,7 @@ def test_export_json_checks_itself(exported, tmp_path, edit, expected):
 
 
 def test_export_without_a_files_list_is_refused_even_with_a_fresh_checksum(exported, tmp_path):
-    from seq2seq.export.exporter import _content_sha256
+    from seq2seq.export.format import _content_sha256
 
     folder = shutil.copytree(exported["prenorm-shared-sinusoidal"]["ctranslate2"], tmp_path / "c")
     info = json.loads((folder / "export.json").read_text(encoding="utf-8"))

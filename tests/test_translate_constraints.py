@@ -217,7 +217,7 @@ def test_cli_constraints_prefix_avoid_and_terminology(trained_dir: Path, tmp_pat
 
 def test_ctranslate2_prefix_avoid_and_a_clear_error_for_constraints(trained_dir, tmp_path):
     pytest.importorskip("ctranslate2")
-    from seq2seq.export.exporter import export_ctranslate2
+    from seq2seq.export.ctranslate2 import export_ctranslate2
 
     ct2_dir = export_ctranslate2(trained_dir, tmp_path / "ct2")
     ct2 = Translator.load(ct2_dir, engine="ctranslate2", method="greedy")
@@ -249,7 +249,7 @@ def test_outputs_end_with_eos_and_carry_the_prefix_length(trained_dir: Path):
 
 def test_onnx_engine_gives_the_torch_engines_constrained_output(trained_dir, tmp_path):
     pytest.importorskip("onnxruntime")
-    from seq2seq.export.exporter import export_onnx
+    from seq2seq.export.onnx import export_onnx
 
     onnx_dir = export_onnx(trained_dir, tmp_path / "onnx")
     onnx = Translator.load(onnx_dir, engine="onnx")

@@ -8,8 +8,9 @@
 The scripts under recipes/ call :func:`main` with their corpus' default config. Each stage
 writes its output under --out and is skipped when that output already exists, so a recipe
 run again continues where it stopped (training resumes from its last checkpoint). Offline,
-set SEQ2SEQ_MIRROR (or --mirror) to a local copy of the corpus' files. Every stage is one
-``seq2seq`` command, printed before it runs, so each can be rerun by hand.
+set SEQ2SEQ_MIRROR (or --mirror) to a local copy of the corpus' files. Each stage calls the
+library functions of one ``seq2seq`` command and ends like it (:mod:`seq2seq.cli.outcome`);
+that command is printed before the stage runs, so each can be rerun by hand.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from seq2seq.cli.command import main as seq2seq
+from seq2seq.cli.arguments import warner
+from seq2seq.cli.evaluate import print_evaluation
+from seq2seq.cli.outcome import run_command
 from seq2seq.config import load_config
-from seq2seq.core import UserError
+from seq2seq.core import UserError, check_paths
 from seq2seq.data import get_corpus, prepare_corpus
 from seq2seq.train import checkpoints_to_average
 
@@ -49,19 +53,75 @@ def example_sentences(lang: str, *, tokenized_lc: bool) -> list[str]:
 
 
 class _StageFailed(Exception):
-    """A stage's `seq2seq` command failed (it has printed why); carries its exit status."""
+    """A stage failed (it has printed why); carries its exit status."""
 
     def __init__(self, status: int) -> None:
         super().__init__(status)
         self.status = status
 
 
-def run(*argv: str) -> None:
-    """Run one `seq2seq` command in this process; stop the recipe if it fails."""
+def _stage(argv: list[str], work: Callable[..., None], *args: object, **kwargs: object) -> None:
+    """Print the `seq2seq` command line that does what ``work(*args, **kwargs)`` does, run it
+    and end it as that command would; stop the recipe if it fails."""
     print(f"\n$ seq2seq {shlex.join(argv)}", flush=True)
-    status = seq2seq(list(argv))
+    status = run_command(argv[0], lambda: work(*args, **kwargs))
     if status:
         raise _StageFailed(status)
+
+
+def _train(
+    model_dir: str, *, resume: bool, config: str | None, overrides: list[str], mirror: str | None
+) -> None:
+    """``seq2seq train --out MODEL_DIR`` (or ``--resume MODEL_DIR``)."""
+    from seq2seq.train import resolve_config, train
+
+    check_paths(
+        input_files=[("--config", config)],
+        input_dirs=[("--mirror", mirror)],
+        output_dirs=[("--resume" if resume else "--out", model_dir)],
+    )
+    cfg = resolve_config(model_dir, resume=resume, config_path=config, overrides=overrides)
+    train(cfg, model_dir, resume=resume, mirror=mirror)
+
+
+def _average(model_dir: str, *, n: int, out: str) -> None:
+    """``seq2seq average MODEL_DIR -n N --out OUT``."""
+    from seq2seq.train import average_model_dir
+
+    check_paths(input_dirs=[("run directory", model_dir)], replaced_dirs=[("--out", out)])
+    print(f"wrote {average_model_dir(model_dir, n=n, out=out)}")
+
+
+def _evaluate(
+    model_dir: str, *, src: str, ref: str, out_dir: str, flags: list[str], mirror: str | None
+) -> None:
+    """``seq2seq evaluate MODEL_DIR --src SRC --ref REF --out-dir OUT_DIR [FLAGS]``; ``flags``:
+    ``--tokenized-lc``, ``--moses-lc`` or neither."""
+    from seq2seq.evaluate import evaluate
+
+    check_paths(
+        input_files=[("--src", src), ("--ref", ref)],
+        input_dirs=[("--mirror", mirror)],
+        output_dirs=[("--out-dir", out_dir)],
+    )
+    result = evaluate(
+        [model_dir],
+        src=src,
+        ref=ref,
+        out_dir=out_dir,
+        tokenized_lc="--tokenized-lc" in flags,
+        moses_lc="--moses-lc" in flags,
+        warn=warner("evaluate"),
+    )
+    print_evaluation(result)
+
+
+def _export(model_dir: str, *, out: str) -> None:
+    """``seq2seq export MODEL_DIR --format ctranslate2 --out OUT``."""
+    from seq2seq.export import describe, export_model
+
+    check_paths(input_dirs=[("model directory", model_dir)], replaced_dirs=[("--out", out)])
+    print(describe(export_model(model_dir, out, fmt="ctranslate2")), file=sys.stderr)
 
 
 def main(
@@ -119,6 +179,7 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     # with --tokenized-lc; a raw-text one both detokenized and --moses-lc
     tokenized_lc = corpus != "files" and cfg.data.variant in get_corpus(corpus).tokenized_variants
     mirror = ["--mirror", args.mirror] if args.mirror else []
+    mirror_dir = args.mirror or os.environ.get("SEQ2SEQ_MIRROR")  # the commands' default
 
     # ---- corpus: every split the source (internet or mirror) has --------------------------
     corpus_dir = out / "corpus"
@@ -154,12 +215,20 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
 
     # ---- SentencePiece + binarized data + training (seq2seq train does all three) ----------
     started = time.time()
+    model, averaged = str(model_dir), str(averaged_dir)
     if (model_dir / "manifest.json").is_file():
         print(f"\n[train] {model_dir} is complete; skipping")
     elif (model_dir / "checkpoints" / "last.ckpt").is_file():
-        run("train", "--resume", str(model_dir), *mirror)
+        _stage(
+            ["train", "--resume", model, *mirror],
+            _train, model, resume=True, config=None, overrides=[], mirror=mirror_dir,
+        )  # fmt: skip
     else:
-        run("train", "--config", args.config, "--out", str(model_dir), *mirror, *overrides)
+        _stage(
+            ["train", "--config", args.config, "--out", model, *mirror, *overrides],
+            _train, model, resume=False, config=args.config, overrides=overrides,
+            mirror=mirror_dir,
+        )  # fmt: skip
     train_minutes = (time.time() - started) / 60
 
     # ---- average the last checkpoints ------------------------------------------------------
@@ -171,7 +240,9 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
         n = max(
             len(checkpoints_to_average(model_dir / "checkpoints", cfg.training.average_last)), 1
         )
-        run("average", str(model_dir), "-n", str(n), "--out", str(averaged_dir))
+        _stage(
+            ["average", model, "-n", str(n), "--out", averaged], _average, model, n=n, out=averaged
+        )
 
     # ---- test: every available test split, BLEU / chrF / TER with signatures ----------------
     # A raw-text model is scored twice: cased detokenized (sacreBLEU 13a, the number to report)
@@ -180,16 +251,19 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     scorings = [("tok-lc", ["--tokenized-lc"], "")] if tokenized_lc else [
         ("detok", [], ""), ("moses-lc", ["--moses-lc"], ".moses-lc"),
     ]  # fmt: skip
+    eval_dir = str(out / "eval")
     results = []
     for split in test_splits:
-        src, ref = splits[split]
+        src, ref = str(splits[split][0]), str(splits[split][1])
         for scoring, flags, suffix in scorings:
             # evaluate names its outputs by --src (and .moses-lc)
             scores_json = out / "eval" / f"{Path(src).name}{suffix}.json"
             if not scores_json.is_file():
-                run(
-                    "evaluate", str(averaged_dir), "--src", str(src), "--ref", str(ref),
-                    "--out-dir", str(out / "eval"), *flags,
+                _stage(
+                    ["evaluate", averaged, "--src", src, "--ref", ref, "--out-dir", eval_dir,
+                     *flags],
+                    _evaluate, averaged, src=src, ref=ref, out_dir=eval_dir, flags=flags,
+                    mirror=mirror_dir,
                 )  # fmt: skip
             scores = json.loads(scores_json.read_text(encoding="utf-8"))["scores"]
             results.append((split if corpus != "files" else Path(src).stem, scoring, scores))
@@ -201,7 +275,10 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     elif export_dir.is_dir():
         print(f"\n[export] {export_dir} exists; skipping")
     else:
-        run("export", str(averaged_dir), "--format", "ctranslate2", "--out", str(export_dir))
+        _stage(
+            ["export", averaged, "--format", "ctranslate2", "--out", str(export_dir)],
+            _export, averaged, out=str(export_dir),
+        )  # fmt: skip
 
     # ---- a few translations and the results lines ------------------------------------------
     from seq2seq.decode import Translator

@@ -1,5 +1,5 @@
 """The CTranslate2 engine: CTranslate2's own search over an export folder
-(``seq2seq export --format ctranslate2``; seq2seq/export/exporter.py), with the options of
+(``seq2seq export --format ctranslate2``; seq2seq/export/ctranslate2.py), with the options of
 :class:`~seq2seq.decode.options.SearchOptions` mapped to ``translate_batch``.
 
 Same as the torch engine: beam size, n-best, max length (``max_len_a * src_len +

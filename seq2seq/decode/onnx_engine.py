@@ -1,5 +1,5 @@
 """The ONNX Runtime engine: seq2seq's own search (seq2seq.decode.dispatch) over the exported
-graphs (``seq2seq export --format onnx``; seq2seq/export/exporter.py).
+graphs (``seq2seq export --format onnx``; seq2seq/export/onnx.py).
 
 Its step function feeds the last token and the KV cache to an onnxruntime session and its
 reorder function is a numpy ``take`` on the cached arrays. Scores, n-best, length penalty,

@@ -1,0 +1,111 @@
+"""``seq2seq serve``: a model over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+
+from seq2seq.cli.arguments import add_command, add_search_args, search_overrides, set_threads
+from seq2seq.core import UserError, check_device, check_paths
+
+__all__ = ["add_serve"]
+
+
+def add_serve(sub) -> None:
+    """Add ``seq2seq serve``."""
+    p = add_command(
+        sub,
+        "serve",
+        "Serve a model over HTTP (FastAPI + uvicorn) with dynamic batching.\n\n"
+        "POST /translate speaks LibreTranslate's API (JSON or form: q, source, target,\n"
+        "format, alternatives) and GET /languages lists the pair; POST /v1/translate takes the\n"
+        "search options below per request, with n-best lists and scores; GET /health,\n"
+        "GET /v1/models; a web page at / and the API docs at /docs. Sentences of concurrent\n"
+        "requests are translated together (--max-wait-ms, --max-tokens). SIGTERM finishes the\n"
+        "requests in flight, then exits. Needs the serve extra (pip install 'seq2seq[serve]').",
+        "seq2seq serve runs/multi30k_small --port 8080\n"
+        "seq2seq serve runs/m30k_ct2 --engine ctranslate2 --host 0.0.0.0 --beam 4\n"
+        "curl -s localhost:8080/translate -H 'Content-Type: application/json' "
+        '-d \'{"q": "Two dogs play.", "source": "en", "target": "de"}\'',
+    )
+    p.add_argument(
+        "model_dir", metavar="MODEL_DIR", help="model directory, or export folder (--engine)"
+    )
+    p.add_argument("--host", default="127.0.0.1", help="interface (default: 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="TCP port, 0 = any free (default 8080)")
+    # Unset limits keep seq2seq.serve.ServeConfig's defaults (GET /v1/models shows those in
+    # force); not imported here, so that building the parser stays cheap for every command.
+    g = p.add_argument_group("limits and batching (unset: the defaults GET /v1/models lists)")
+    g.add_argument("--max-chars", type=int, metavar="N", help="characters per request")
+    g.add_argument("--max-sentence-chars", type=int, metavar="N", help="characters per sentence")
+    g.add_argument("--max-sentences", type=int, metavar="N", help="sentences per request")
+    g.add_argument("--max-beam", type=int, metavar="K", help="largest beam / n-best per request")
+    g.add_argument(
+        "--max-alternatives", type=int, metavar="N", help="largest LibreTranslate alternatives"
+    )
+    g.add_argument(
+        "--max-wait-ms",
+        type=float,
+        metavar="MS",
+        help="how long a queued sentence may wait for others to join its batch",
+    )
+    g.add_argument(
+        "--max-batch-tokens",
+        type=int,
+        metavar="N",
+        help="source tokens per batch (default: --max-tokens x the engine's batches per call)",
+    )
+    g.add_argument(
+        "--no-batching",
+        action="store_true",
+        help="translate one request at a time (the baseline of benchmarks/serve_load.py)",
+    )
+    g.add_argument(
+        "--continuous",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="torch engine, beam search: sentences join a running search between its steps "
+        "(continuous batching) instead of waiting for the next static batch; off by default, "
+        "slower than static batches on 2 cores (README, Serving)",
+    )
+    p.add_argument("--no-access-log", action="store_true", help="no log line per request")
+    add_search_args(p)
+    p.set_defaults(run=_run_serve)
+
+
+def _run_serve(args) -> int:
+    try:
+        from seq2seq.serve import ServeConfig, serve
+    except ImportError as e:
+        raise UserError(
+            f"seq2seq serve needs the serve extra ({e.name} is missing): "
+            "pip install 'seq2seq[serve]'"
+        ) from None
+
+    set_threads(args.threads)
+    check_device(args.device)
+    check_paths(input_dirs=[("model directory", args.model_dir)])
+    given = dict(
+        max_chars=args.max_chars,
+        max_sentence_chars=args.max_sentence_chars,
+        max_sentences=args.max_sentences,
+        max_beam=args.max_beam,
+        max_alternatives=args.max_alternatives,
+        max_wait_ms=args.max_wait_ms,
+        max_batch_tokens=args.max_batch_tokens,
+    )
+    config = ServeConfig(
+        **{k: v for k, v in given.items() if v is not None},
+        batching=not args.no_batching,
+        continuous=args.continuous,
+    )
+    serve(
+        args.model_dir,
+        engine=args.engine,
+        device=args.device,
+        host=args.host,
+        port=args.port,
+        config=config,
+        access_log=not args.no_access_log,
+        **search_overrides(args),
+    )
+    return 0
