@@ -724,7 +724,7 @@ def test_native_translate_takes_prefix_constraints_and_avoid_per_text(model_dir,
 
 def test_the_model_loads_warms_up_and_translates_on_the_engine_thread(model_dir, monkeypatch):
     """All torch work of a server on one thread (batcher.engine_thread: a model loaded on
-    another thread decodes 1.5x slower on 2 cores): loading, warm-up and every request."""
+    another thread decodes slower; docs/benchmarks.md): loading, warm-up and every request."""
     seen: list[tuple[str, str]] = []
     real_load, real_nbest = Translator.load, Translator.translate_nbest
 

@@ -133,7 +133,7 @@ def test_a_running_server_answers_like_libretranslate(server, reference):
 
 
 def test_continuous_batching_is_opt_in_on_the_command_line(server, model_dir, reference):
-    """Static batches by default (measured faster: README, Serving); ``--continuous`` turns the
+    """Static batches by default (faster on 2 cores: docs/benchmarks.md); ``--continuous`` turns the
     continuous search on, and its answers are the offline ones too."""
 
     def continuous(url: str) -> bool:
