@@ -1,17 +1,18 @@
 # seq2seq: the two commands are `make demo` (train a Multi30K translator) and `make test`.
+# `make docs` builds the documentation site into site/ (the strict build also runs in `make test`).
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install demo test test-fast lint docs bench clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev,export,langid,serve]'
+	$(PIP) install --quiet -e '.[dev,docs,export,langid,serve]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -29,8 +30,11 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check seq2seq tests recipes benchmarks
 	$(VENV)/bin/ruff format --check seq2seq tests recipes benchmarks
 
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache runs
+	rm -rf $(VENV) .pytest_cache .ruff_cache runs site

@@ -17,8 +17,8 @@ the others; and as text), seconds, sentences/s and the time relative to the
 unconstrained row (issue 23's targets: 100% satisfaction, BLEU up, constrained at most 2x,
 prefix at most 1x).
 
-    python benchmarks/constrained.py /work/models/demo/averaged \\
-        --mirror /work/shared/data/multi30k --threads 2 --rounds 3
+    python benchmarks/constrained.py runs/demo/averaged \\
+        --mirror $SEQ2SEQ_MIRROR --threads 2 --rounds 3
     python benchmarks/constrained.py runs/m --src test.en --ref test.de --limit 100
 """
 
@@ -38,6 +38,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import needs  # noqa: E402
 from export_parity import add_test_set_args, load_test_set  # noqa: E402
 
 from seq2seq.decode.translator import Translator  # noqa: E402
@@ -188,4 +189,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    needs.run(main)

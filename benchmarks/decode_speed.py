@@ -10,14 +10,14 @@ loading and a short warm-up (detokenization included). ``--rounds`` repeats the 
 measurements, engines interleaved, and reports medians: on a shared 2-core machine one run of
 an engine can be 10-20% off its neighbour.
 
-    python benchmarks/decode_speed.py runs/demo/averaged --mirror ../shared/data/multi30k
+    python benchmarks/decode_speed.py runs/demo/averaged --mirror $SEQ2SEQ_MIRROR
 
 Columns: sentences/s (median, and the range over rounds), target tokens/s (SentencePiece
 pieces of the outputs, EOS included), peak RSS in MiB. Then how many outputs of each engine are
 those of the torch engine, word for word.
 
 ``--baseline DIR`` adds the engine ``torch-baseline``: the torch engine of another checkout of
-seq2seq (DIR holds its ``seq2seq`` package, e.g. ``git worktree add /tmp/base main``), run in the
+seq2seq (DIR holds its ``seq2seq`` package, e.g. ``git worktree add ../base main``), run in the
 same rounds, so that a change's speed-up and whether it changed any output are measured in one
 run.
 """
@@ -39,6 +39,7 @@ import seq2seq  # noqa: F401  before export_parity (which puts this checkout fir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import needs  # noqa: E402
 from export_parity import export_for, load_test_set  # noqa: E402
 
 ENGINES = ("torch", "torch-nocache", "ctranslate2", "ctranslate2-int8", "onnx")
@@ -191,4 +192,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    needs.run(main)

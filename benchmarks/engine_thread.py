@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+import needs  # this folder: one line and exit 2 for a missing model or mirror
 from serve_load import read_test_source  # this folder: the Multi30K source side of a mirror
 
 PLACEMENTS = {
@@ -98,8 +99,8 @@ def main() -> None:
     if args.child:
         child(args.model_dir, args.child[0], args.child[1], args.live, args.steps, args.threads)
         return
-    if not args.mirror:
-        sys.exit("give --mirror DIR (or SEQ2SEQ_MIRROR)")
+    needs.model_dir(args.model_dir)
+    read_test_source(Path(args.model_dir), needs.mirror(args.mirror), "test_2016_flickr")
     rates: dict[str, list[float]] = {name: [] for name in PLACEMENTS}
     for _ in range(args.rounds):
         for name in PLACEMENTS:
@@ -116,4 +117,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    needs.run(main)

@@ -10,7 +10,7 @@ Usage (two seeds of the Multi30K demo model; the second trained with the first o
 SentencePiece model so that they share the vocabulary, e.g.
 ``seq2seq train ... --out runs/seed2 training.seed=2 data.spm_model=runs/demo/averaged``):
 
-    python benchmarks/ensemble.py runs/demo/averaged runs/seed2 --mirror ../shared/data \\
+    python benchmarks/ensemble.py runs/demo/averaged runs/seed2 --mirror $SEQ2SEQ_MIRROR \\
         --threads 2
     python benchmarks/ensemble.py A B --src test.en --ref test.de --limit 100   # quick look
 """
@@ -26,6 +26,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import needs  # noqa: E402  this folder: one line and exit 2 for a missing model or mirror
 
 from seq2seq.config.loading import load_config  # noqa: E402
 from seq2seq.decode.translator import Translator  # noqa: E402
@@ -64,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if len(args.model_dirs) < 2:
         p.error("give at least two model directories")
+    for model_dir in args.model_dirs:
+        needs.model_dir(model_dir)
     if args.threads:
         torch.set_num_threads(args.threads)
     cfg = load_config(Path(args.model_dirs[0]) / "config.yaml")
@@ -105,4 +109,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    needs.run(main)

@@ -13,7 +13,7 @@ CTranslate2's, slow each other down: CTranslate2 lost 15-20% after a torch run h
 Usage (Multi30K test_2016_flickr through the offline mirror):
 
     python benchmarks/export_parity.py runs/multi30k_small --corpus multi30k --pair en-de \\
-        --split test_2016_flickr --mirror ../shared/data/multi30k --threads 2
+        --split test_2016_flickr --mirror $SEQ2SEQ_MIRROR --threads 2
     python benchmarks/export_parity.py runs/m --src test.en --ref test.de --engines torch,onnx
 """
 
@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import needs  # noqa: E402  this folder: one line and exit 2 for a missing model or mirror
 
 from seq2seq.config.loading import load_config  # noqa: E402
 from seq2seq.decode.options import SearchOptions  # noqa: E402
@@ -73,9 +75,10 @@ def add_test_set_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_test_set(args: argparse.Namespace, work_dir: Path) -> tuple[list[str], list[str], str]:
+    needs.model_dir(args.model_dir)
     if args.src is not None or args.ref is not None:
         if args.src is None or args.ref is None:
-            sys.exit("--src and --ref go together")
+            raise needs.UserError("--src and --ref go together")
         src, ref = read_test_pair(args.src, args.ref)
         return src, ref, args.src.name
     cfg = load_config(args.model_dir / "config.yaml")
@@ -110,7 +113,9 @@ def export_for(engine: str, model_dir: Path, export_dir: Path) -> tuple[Path, st
         if not out.exists():
             export_ctranslate2(model_dir, out, quantization=quant)
         return out, "ctranslate2", "float32" if quant == "none" else quant
-    sys.exit(f"unknown engine {engine!r}; expected {', '.join(ENGINES)} or ctranslate2-QUANT")
+    raise needs.UserError(
+        f"unknown engine {engine!r}; expected {', '.join(ENGINES)} or ctranslate2-QUANT"
+    )
 
 
 def search_tokens(translator: Translator, src_ids: list[list[int]], opts: SearchOptions) -> list:
@@ -194,4 +199,4 @@ def _fields(opts: SearchOptions) -> dict:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    needs.run(main)

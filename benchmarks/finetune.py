@@ -9,7 +9,7 @@ in this process; ``--out`` must not hold a run yet.
 
 Usage (the ``make demo`` model, continued 300 updates at lr 1e-4):
 
-    SEQ2SEQ_MIRROR=../shared/data python benchmarks/finetune.py runs/demo/averaged \\
+    SEQ2SEQ_MIRROR=$SEQ2SEQ_MIRROR python benchmarks/finetune.py runs/demo/averaged \\
         --out runs/demo_ft --steps 300 --lr 1e-4
 """
 
@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import needs  # noqa: E402  this folder: one line and exit 2 for a missing model or mirror
 
 from seq2seq.evaluate.evaluation import evaluate  # noqa: E402
 from seq2seq.train.run_config import resolve_config  # noqa: E402
@@ -43,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu", help="evaluation device")
     args = p.parse_args(argv)
 
+    needs.model_dir(args.parent)
     third = max(args.steps // 3, 1)
     overrides = [
         f"training.lr={args.lr}",
@@ -70,4 +73,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    needs.run(main)

@@ -15,6 +15,7 @@ import argparse
 import statistics
 import time
 
+import needs  # this folder: one line and exit 2 for a user mistake
 import torch
 
 from seq2seq.config.loading import load_config
@@ -29,9 +30,9 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3, help="probes per config (median)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    configs = {path: load_config(path) for path in args.configs}  # a typo stops before probing
     print(f"{'config':<34}{'bf16 / fp32':>13}{'range':>14}{'probe s':>9}  auto picks")
-    for path in args.configs:
-        cfg = load_config(path)
+    for path, cfg in configs.items():
         forward = _probe_forward(cfg)
         ratios, seconds = [], []
         for _ in range(args.rounds):
@@ -48,4 +49,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    needs.run(main)

@@ -2,9 +2,10 @@
 """How the data path scales: prepare -> SentencePiece -> clean + binarize -> first batch.
 
     python benchmarks/prepare_scale.py                          # 0.45M, 1.5M, 4.5M pairs
-    python benchmarks/prepare_scale.py --sizes 450000 --work /tmp/scale
+    python benchmarks/prepare_scale.py --sizes 450000 --work runs/scale
 
-Builds synthetic corpora of WMT14 size from the Multi30K mirror's training pairs: each pair is
+Builds synthetic corpora of WMT14 size from the Multi30K mirror's training pairs (``--mirror``
+or ``SEQ2SEQ_MIRROR``): each pair is
 two random Multi30K pairs joined (about 26 words a side, WMT-like), a fixed seed. Each corpus
 is written once, gzipped, as a one-file corpus of a mirror (not timed). Then, per size, in a
 fresh process:
@@ -37,23 +38,25 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-
-def _mirror_multi30k() -> Path:
-    env = os.environ.get("SEQ2SEQ_MIRROR")
-    for root in ([Path(env)] if env else []) + [REPO.parent / "shared" / "data"]:
-        for folder in (root / "multi30k", root):
-            if (folder / "data/task1/raw/train.en.gz").is_file():
-                return folder
-    raise SystemExit("needs the Multi30K mirror (SEQ2SEQ_MIRROR=ROOT or ../shared/data)")
+import needs  # noqa: E402  this folder: one line and exit 2 for a missing mirror
 
 
-def build_corpus(n: int, work: Path) -> Path:
+def _mirror_multi30k(mirror: str | None) -> Path:
+    """The Multi30K folder of a mirror: ``ROOT/multi30k`` or the folder itself."""
+    root = Path(needs.mirror(mirror))
+    for folder in (root / "multi30k", root):
+        if (folder / "data/task1/raw/train.en.gz").is_file():
+            return folder
+    raise needs.UserError(f"the mirror {root} has no multi30k/data/task1/raw/train.en.gz")
+
+
+def build_corpus(n: int, work: Path, mirror: str | None) -> Path:
     """``work/mirror-N/synthetic/train.{en,de}.gz`` (cached); returns the mirror root."""
     root = work / f"mirror-{n}"
     done = root / "synthetic" / "done.json"
     if done.is_file():
         return root
-    m30k = _mirror_multi30k() / "data/task1/raw"
+    m30k = _mirror_multi30k(mirror) / "data/task1/raw"
     en = gzip.decompress((m30k / "train.en.gz").read_bytes()).decode().split("\n")[:-1]
     de = gzip.decompress((m30k / "train.de.gz").read_bytes()).decode().split("\n")[:-1]
     rng = random.Random(n)
@@ -144,7 +147,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sizes", default="450000,1500000,4500000")
-    parser.add_argument("--work", default="/tmp/seq2seq-prepare-scale")
+    parser.add_argument("--work", default="runs/prepare-scale", help="corpora and stores")
+    parser.add_argument(
+        "--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"), help="Multi30K mirror"
+    )
     parser.add_argument("--vocab-size", type=int, default=8000)
     parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # the child process
     args = parser.parse_args()
@@ -154,7 +160,7 @@ def main() -> None:
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     for n in sizes:
-        build_corpus(n, work)
+        build_corpus(n, work, args.mirror)
     rows = []
     for n in sizes:
         out = subprocess.run(
@@ -163,7 +169,7 @@ def main() -> None:
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if out.returncode:
-            raise SystemExit(out.stderr[-3000:])
+            sys.exit(f"the {n:,}-pair run failed:\n{out.stderr[-3000:]}")
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(rows[-1]["report"], json.dumps(rows[-1]["cpu"]), file=sys.stderr)
     print(f"\nprepare -> SentencePiece (vocab {args.vocab_size}) -> clean + binarize -> first batch, "
@@ -181,4 +187,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    needs.run(main)

@@ -44,6 +44,7 @@ import seq2seq  # noqa: F401  before export_parity (which puts this checkout fir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import needs  # noqa: E402
 from export_parity import load_test_set  # noqa: E402
 
 BUCKETS = (
@@ -229,4 +230,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    needs.run(main)

@@ -22,7 +22,7 @@ error, a timeout or a wrong translation counts as an error. ``--soak SECONDS`` t
 ``--soak-clients`` clients that long and reports the server's RSS (sampled every 10 s) at
 the start and the end.
 
-    python benchmarks/serve_load.py /work/models/demo/averaged --mirror ../shared/data/multi30k
+    python benchmarks/serve_load.py runs/demo/averaged --mirror $SEQ2SEQ_MIRROR
     python benchmarks/serve_load.py MODEL --levels "" --unbatched-levels "" --rounds 1 --soak 600
 
 The clients are a minimal HTTP/1.1 client over asyncio streams (one process, uvloop if
@@ -46,6 +46,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+import needs  # this folder: one line and exit 2 for a missing model or mirror
 
 HOST = "127.0.0.1"
 
@@ -294,17 +296,18 @@ SOURCE, TARGET = "en", "de"  # set from the model's data.pair
 def read_test_source(model_dir: Path, mirror: str | None, split: str) -> list[str]:
     from seq2seq.config.loading import load_config
 
+    mirror = needs.mirror(mirror)
     cfg = load_config(model_dir / "config.yaml")
     src_lang, tgt_lang = cfg.data.pair.split("-")
     global SOURCE, TARGET
     SOURCE, TARGET = src_lang, tgt_lang
-    if not mirror:
-        sys.exit("give --mirror DIR (or SEQ2SEQ_MIRROR): the Multi30K mirror")
     # A mirror root holds one folder per source (multi30k/); a Multi30K mirror is that folder.
     rel = Path("data") / "task1" / "raw" / f"{split}.{src_lang}.gz"
     path = Path(mirror) / "multi30k" / rel
     if not path.is_file():
         path = Path(mirror) / rel
+    if not path.is_file():
+        raise needs.UserError(f"the mirror {mirror} has no multi30k/{rel}")
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [line.rstrip("\n") for line in f]
 
@@ -385,6 +388,8 @@ def main() -> None:
     except ImportError:
         pass
 
+    if args.engine == "torch":
+        needs.model_dir(args.model_dir)
     src = read_test_source(args.model_dir, args.mirror, args.split)
     levels = [int(x) for x in args.levels.split(",") if x]
     unbatched_levels = [int(x) for x in args.unbatched_levels.split(",") if x]
@@ -497,9 +502,9 @@ def main() -> None:
         o = offline_runs[rnd]["sentences_per_s"]
         for c, v in b.items():
             ratios.setdefault(f"offline_{c}", []).append(v / o)
-            if c in u:
+            if u.get(c):  # a level too short to answer one request has no ratio
                 ratios.setdefault(f"unbatched_{c}", []).append(v / u[c])
-            if c in st:
+            if st.get(c):
                 ratios.setdefault(f"continuous_{c}", []).append(v / st[c])
     results["ratios"] = ratios
     for c in levels:
@@ -527,4 +532,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    needs.run(main)

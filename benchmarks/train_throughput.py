@@ -7,7 +7,7 @@ run, each in its own subprocess (so each gets its own peak-memory reading), alte
 d_model 256, 4 heads, d_ff 1024, pre-norm, dropout 0.1, joint 8,000-piece SentencePiece BPE
 over Multi30K en+de, tied embeddings, 4,096-token batches, float32, 2 CPU threads.
 
-    SEQ2SEQ_MIRROR=../shared/data/multi30k python benchmarks/train_throughput.py --steps 30
+    SEQ2SEQ_MIRROR=$SEQ2SEQ_MIRROR python benchmarks/train_throughput.py --steps 30
     python benchmarks/train_throughput.py --shape tiny            # Transformer-Tiny vs plain
     python benchmarks/train_throughput.py --shape demo --impls ours,ours-bf16   # bf16 vs fp32
     python benchmarks/train_throughput.py --shape demo \
@@ -37,6 +37,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import needs  # this folder: one line and exit 2 for a missing mirror
 
 WORK = Path(os.environ.get("SEQ2SEQ_BENCH_DIR", "runs/bench"))
 COMMON = [
@@ -387,4 +389,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    needs.run(main)

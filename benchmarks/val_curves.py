@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 from pathlib import Path
 
+import needs  # this folder: one line and exit 2 for a user mistake
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -26,14 +26,15 @@ from seq2seq.core.files import atomic_open
 
 def read_curve(run: Path, metric: str = "val/bleu") -> list[tuple[float, float, int]]:
     """``(minutes, value, step)`` of every validation of ``run``, in step order."""
-    versions = sorted(
-        (run / "logs" / "csv").glob("version_*"), key=lambda p: int(p.name.split("_")[1])
-    )
-    if not versions:
-        sys.exit(f"{run}: no CSV logs (logs/csv/version_*/metrics.csv)")
+    logs = sorted(
+        (run / "logs" / "csv").glob("version_*/metrics.csv"),
+        key=lambda p: int(p.parent.name.split("_")[1]),
+    )  # a launch killed before its first log line leaves a version folder without one
+    if not logs:
+        raise needs.UserError(f"{run}: no CSV logs (logs/csv/version_*/metrics.csv)")
     by_step: dict[int, dict[str, float]] = {}
-    for version in versions:
-        with open(version / "metrics.csv", encoding="utf-8") as f:
+    for log in logs:
+        with open(log, encoding="utf-8") as f:
             for row in csv.DictReader(f):
                 for key in (metric, "val/wall_min"):
                     if row.get(key):
@@ -44,7 +45,7 @@ def read_curve(run: Path, metric: str = "val/bleu") -> list[tuple[float, float, 
         if metric in v and "val/wall_min" in v
     ]
     if not points:
-        sys.exit(f"{run}: no validation logged both {metric} and val/wall_min")
+        raise needs.UserError(f"{run}: no validation logged both {metric} and val/wall_min")
     return points
 
 
@@ -63,7 +64,7 @@ def main() -> None:
     for item in args.run:
         name, sep, directory = item.partition("=")
         if not sep:
-            sys.exit(f"--run {item!r} must look like NAME=DIR")
+            raise needs.UserError(f"--run {item!r} must look like NAME=DIR")
         points = read_curve(Path(directory), args.metric)
         ax.plot([m for m, _, _ in points], [v for _, v, _ in points], marker="o", label=name)
         best = max(points, key=lambda t: t[1])
@@ -83,4 +84,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    needs.run(main)
