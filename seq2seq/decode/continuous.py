@@ -64,7 +64,10 @@ class ContinuousSearch:
     Args:
         model: a :class:`~seq2seq.model.transformer.Seq2SeqTransformer` in eval mode.
         opts: the search options (beam; see :func:`supports`).
-        pad_id, bos_id, eos_id, unk_id: the special ids.
+        pad_id: the special ids.
+        bos_id: as ``pad_id``.
+        eos_id: as ``pad_id``.
+        unk_id: as ``pad_id``.
         device: the model's device.
 
     Use: ``add([(key, src_ids), ...])``, then ``step()`` until :attr:`active` is 0, adding

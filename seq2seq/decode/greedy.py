@@ -190,14 +190,19 @@ def greedy_search(
     state keeps one row per sentence; finished sentences are dropped through ``reorder``.
 
     Args:
-        step, reorder, state: as in :func:`beam_search` (``state`` has B rows, not expanded).
+        step: as in :func:`beam_search` (``state`` has B rows, not expanded).
+        reorder: as in :func:`beam_search` (``state`` has B rows, not expanded).
+        state: as in :func:`beam_search` (``state`` has B rows, not expanded).
         batch_size: B.
-        bos_id, eos_id, pad_id: special tokens.
+        bos_id: special tokens.
+        eos_id: as ``bos_id``.
+        pad_id: as ``bos_id``.
         max_lens: (B,) or int, max length per sentence including EOS.
         min_len: EOS is forbidden while fewer than this many tokens were generated.
         len_penalty: exponent of the score's length normalization.
         no_repeat_ngram: n-gram size that may not repeat (0: off; BOS counts).
-        unk_id, unk_penalty: subtract ``unk_penalty`` from the unk token's log-prob.
+        unk_id: subtract ``unk_penalty`` from the unk token's log-prob.
+        unk_penalty: as ``unk_id``.
         attention: optional ``attention(state) -> (N, S)``.
         device: device of the prefix tensors (default: ``max_lens.device`` or the CPU).
         constraints: per sentence, a forced prefix and avoided phrases (see

@@ -66,8 +66,8 @@ def format_line(
         entries: its :class:`~seq2seq.decode.translator.Translation` s, best first (at least one).
         output_format: ``text`` or ``jsonl``.
         nbest: hypotheses asked for per line (> 1: the n-best text format).
-        scores, alignments: add the score / the alignment (text format; jsonl always has the
-            score and has the alignment when asked).
+        scores: add the score (text format; jsonl always has it).
+        alignments: add the alignment (text format; jsonl has it when asked).
         tokenizer: names the target pieces (jsonl).
     """
     if output_format == "jsonl":

@@ -87,16 +87,26 @@ def sample(
     same inputs, seed and device give the same output (CPU and CUDA streams differ).
 
     Args:
-        step, reorder, state: as in :func:`greedy_search`.
+        step: as in :func:`greedy_search`.
+        reorder: as in :func:`greedy_search`.
+        state: as in :func:`greedy_search`.
         batch_size: B.
-        bos_id, eos_id, pad_id: special tokens.
+        bos_id: special tokens.
+        eos_id: as ``bos_id``.
+        pad_id: as ``bos_id``.
         max_lens: (B,) or int, max length per sentence including EOS.
         temperature: > 0; below 1 sharpens, above 1 flattens.
         top_k: sample among the k best tokens only (0: all).
         top_p: sample from the smallest set of best tokens with this much mass (1: all).
         seed: seed of the generator.
-        min_len, len_penalty, no_repeat_ngram, unk_id, unk_penalty, attention, device,
-            constraints: as in :func:`greedy_search`.
+        min_len: as in :func:`greedy_search`.
+        len_penalty: as in :func:`greedy_search`.
+        no_repeat_ngram: as in :func:`greedy_search`.
+        unk_id: as in :func:`greedy_search`.
+        unk_penalty: as in :func:`greedy_search`.
+        attention: as in :func:`greedy_search`.
+        device: as in :func:`greedy_search`.
+        constraints: as in :func:`greedy_search`.
 
     Returns:
         One hypothesis per sentence, in input order.

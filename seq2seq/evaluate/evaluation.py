@@ -72,7 +72,8 @@ def evaluate_files(
 
     Args:
         translator: a loaded :class:`~seq2seq.decode.translator.Translator` (its options are used).
-        src_path, ref_path: aligned text files, one sentence per line.
+        src_path: aligned text files, one sentence per line.
+        ref_path: as ``src_path``.
         out_dir: where the hypotheses and the scores go.
         name: file stem of the outputs.
         tokenized_lc: score with sacreBLEU ``tokenize="none", lowercase=True``.

@@ -195,7 +195,8 @@ class KVCache:
 
         Args:
             layer: decoder layer index.
-            k, v: (N, H, T, Dh) keys and values of positions ``length .. length + T - 1``.
+            k: (N, H, T, Dh) keys and values of positions ``length .. length + T - 1``.
+            v: as ``k``.
 
         Returns:
             (K, V), each an (N, H, length + T, Dh) view. :meth:`advance` moves the frontier

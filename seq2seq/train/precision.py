@@ -123,8 +123,9 @@ def resolve_precision(
         min_speedup: the measured bf16-mixed/float32 speed below which float32 is kept.
         probe: measure; False decides by the CPU flags alone (multi-process runs, where
             every rank must make the same choice and a timing could differ between them).
-        flags, speedup: the CPU flag reader and the probe (default :func:`cpu_flags` and
-            :func:`bf16_speedup`, called with ``forward``; tests pass fakes).
+        flags: the CPU flag reader (default :func:`cpu_flags`; tests pass fakes).
+        speedup: the probe (default :func:`bf16_speedup`, called with ``forward``; tests pass
+            fakes).
     """
     if precision != "auto":
         return PrecisionChoice(precision, "as configured")

@@ -156,7 +156,8 @@ def train(
         cfg: the resolved config (:func:`resolve_config`).
         out_dir: the model directory.
         resume: continue from ``out_dir/checkpoints/last.ckpt``.
-        mirror, cache_dir: passed to the data module (offline corpus mirror, download cache).
+        mirror: passed to the data module (the offline corpus mirror).
+        cache_dir: passed to the data module (the download cache).
         progress: TQDM progress bar (default: when stderr is a terminal); otherwise one
             text line every ``training.log_every_steps`` updates.
 
