@@ -65,7 +65,7 @@ def add_serve(sub) -> None:
         default=False,
         help="torch engine, beam search: sentences join a running search between its steps "
         "(continuous batching) instead of waiting for the next static batch; off by default, "
-        "slower than static batches on 2 cores (README, Serving)",
+        "slower than static batches on 2 cores (docs/serving.md)",
     )
     p.add_argument("--no-access-log", action="store_true", help="no log line per request")
     add_search_args(p)

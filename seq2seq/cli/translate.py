@@ -74,7 +74,7 @@ def add_translate(sub) -> None:
         help="jsonl: one JSON object per input line (text, score, tokens, alignment, nbest)",
     )
     g = p.add_argument_group(
-        "constrained decoding (README: Constrained decoding); fields follow the source on "
+        "constrained decoding (docs/translating.md: Constrained decoding); fields follow the source on "
         "each line, tab-separated: [PREFIX] [CONSTRAINT ...] [<empty field> AVOID ...]"
     )
     g.add_argument(

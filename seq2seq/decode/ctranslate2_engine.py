@@ -32,7 +32,7 @@ the random streams differ from torch's). Differences:
 Threads: ``torch.get_num_threads()`` (:func:`seq2seq.decode.exported.engine_threads`). On CPU
 the engine runs that many single-threaded workers (``inter_threads``), each translating
 sub-batches of :data:`~seq2seq.export.CT2_SUB_BATCH` sentences of the length-sorted batch,
-which keeps every core busy (README, Benchmarks); one sentence alone then runs on one thread.
+which keeps every core busy (docs/benchmarks.md); one sentence alone then runs on one thread.
 On a GPU it is one worker with that many threads.
 """
 

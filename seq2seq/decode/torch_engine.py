@@ -36,8 +36,8 @@ class TorchEngine:
     with native bfloat16 matrix multiplies, AVX-512 BF16 or AMX, and on GPUs); ``int8``
     (CPU only: every linear layer, the output projection included, becomes
     ``torch.ao.quantization``'s dynamically quantized linear layer: int8 weights, activations
-    quantized per call; embeddings, norms and attention stay float32). Their speed: README,
-    Benchmarks; their BLEU against float32: ``benchmarks/export_parity.py MODEL_DIR --engines
+    quantized per call; embeddings, norms and attention stay float32). Their speed:
+    docs/benchmarks.md; their BLEU against float32: ``benchmarks/export_parity.py MODEL_DIR --engines
     torch-int8,torch-bf16``.
     """
 

@@ -174,7 +174,7 @@ class Translator:
         ``alignments``: fill each translation's word ``alignment`` from the cross-attention
         (:mod:`seq2seq.decode.alignments`; the engine must return attention: torch, ctranslate2).
 
-        Constrained decoding (README, "Constrained decoding"), each a list with one entry per
+        Constrained decoding (docs/translating.md, "Constrained decoding"), each a list with one entry per
         sentence (None: nothing for any sentence):
 
         - ``constraints``: phrases that must appear in the output (``ordered``: in this order).

@@ -56,7 +56,7 @@ class TranslateRequest(BaseModel):
     of ``seq2seq translate --alignments``, :mod:`seq2seq.decode.alignments`); the engine must give
     cross-attention (torch, ctranslate2; onnx is a 400).
 
-    Constrained decoding (README, "Constrained decoding"): ``prefix`` (a text), ``constraints``
+    Constrained decoding (docs/translating.md, "Constrained decoding"): ``prefix`` (a text), ``constraints``
     and ``avoid`` (lists of phrases) for a single ``text``; for a list of texts, lists aligned
     with it (``null`` / ``[]`` for a text without). A text with any of them is translated as one
     sentence (it may not hold a line break).
