@@ -7,8 +7,8 @@ baseline the cache is measured against), and the exports ``ctranslate2`` (float3
 named in ``--engines``: ``torch-int8`` and ``torch-bf16`` (the torch engine's precisions). Each (engine, search) runs in its own subprocess, so
 each peak-memory reading (max RSS) is its own; the time covers translating the test set after
 loading and a short warm-up (detokenization included). ``--rounds`` repeats the whole set of
-measurements, engines interleaved, and reports medians: on a shared 2-core machine one run of
-an engine can be 10-20% off its neighbour.
+measurements, engines interleaved, and reports medians: on a shared machine one run of an
+engine can be well off its neighbour.
 
     python benchmarks/decode_speed.py runs/demo/averaged --mirror $SEQ2SEQ_MIRROR
 

@@ -8,7 +8,7 @@ engine.
 Targets (issue 8): float32 exports give identical greedy output and beam-5 BLEU within 0.1
 of torch; int8 within 0.5 BLEU. Speed is benchmarks/decode_speed.py's job: it times every
 engine in a fresh process (in one process the engines' thread pools, torch's OpenMP and
-CTranslate2's, slow each other down: CTranslate2 lost 15-20% after a torch run here).
+CTranslate2's, slow each other down).
 
 Usage (Multi30K test_2016_flickr through the offline mirror):
 

@@ -16,8 +16,8 @@ same run, two baselines:
 
 Each level runs for ``--seconds`` (and at most ``--max-requests`` requests) after a short
 warm-up; ``--rounds`` repeats offline, batched and unbatched measurements in turn and reports
-medians, and every ratio is taken within a round (on a shared machine one minute can be 20%
-slower than the next). Every answer is checked against the offline translation of its sentences: an HTTP
+medians, and every ratio is taken within a round (on a shared machine one minute can be
+markedly slower than the next). Every answer is checked against the offline translation of its sentences: an HTTP
 error, a timeout or a wrong translation counts as an error. ``--soak SECONDS`` then runs
 ``--soak-clients`` clients that long and reports the server's RSS (sampled every 10 s) at
 the start and the end.
