@@ -9,6 +9,7 @@ from __future__ import annotations
 from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
+    "READ_CHUNK": "files",
     "Stopped": "signals",
     "UserError": "errors",
     "atomic_dir": "files",
@@ -19,6 +20,7 @@ _HOMES = {
     "check_strategy": "devices",
     "defer_sigterm": "signals",
     "exclusive": "files",
+    "file_digest": "files",
     "keep_freed_memory": "memory",
     "printable": "terminal",
     "raise_on_sigterm": "signals",

@@ -17,16 +17,24 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["atomic_dir", "atomic_open", "exclusive", "sha256_file"]
+__all__ = ["READ_CHUNK", "atomic_dir", "atomic_open", "exclusive", "file_digest", "sha256_file"]
+
+READ_CHUNK = 1 << 20
+"""Bytes per read of every streaming loop over a file (constant memory, few system calls)."""
 
 
-def sha256_file(path: str | Path, chunk_size: int = 1 << 20) -> str:
-    """Hex SHA-256 of a file, read in chunks (constant memory)."""
-    h = hashlib.sha256()
+def file_digest(path: str | Path, algorithm: str, chunk_size: int = READ_CHUNK) -> str:
+    """Hex digest of a file under ``algorithm`` (a :mod:`hashlib` name), read in chunks."""
+    h = hashlib.new(algorithm, usedforsecurity=False)
     with open(path, "rb") as f:
         while chunk := f.read(chunk_size):
             h.update(chunk)
     return h.hexdigest()
+
+
+def sha256_file(path: str | Path, chunk_size: int = READ_CHUNK) -> str:
+    """Hex SHA-256 of a file, read in chunks (constant memory)."""
+    return file_digest(path, "sha256", chunk_size)
 
 
 def _umask() -> int:

@@ -19,7 +19,6 @@ Files without a known checksum are accepted unverified with an :class:`Unverifie
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import os
 import urllib.error
@@ -27,7 +26,7 @@ import urllib.request
 import warnings
 from pathlib import Path
 
-from seq2seq.core import UserError, sha256_file
+from seq2seq.core import READ_CHUNK, UserError, file_digest, sha256_file
 from seq2seq.data.corpus import Corpus, RemoteFile
 
 __all__ = [
@@ -39,8 +38,6 @@ __all__ = [
     "download",
     "fetch",
 ]
-
-_CHUNK = 1 << 20
 
 
 class NotAvailableError(UserError):
@@ -89,7 +86,7 @@ def _receive(url: str, part: Path, timeout: float) -> None:
         expected = response.headers.get("Content-Length")
         received = 0
         with open(part, mode) as f:
-            while chunk := response.read(_CHUNK):
+            while chunk := response.read(READ_CHUNK):
                 f.write(chunk)
                 received += len(chunk)
             f.flush()
@@ -171,20 +168,12 @@ def download(
     return dest
 
 
-def _md5_file(path: Path) -> str:
-    h = hashlib.md5(usedforsecurity=False)
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _matches(path: Path, *, sha256: str | None, md5: str | None) -> bool:
     """Whether ``path`` has the given checksum (False when none is known)."""
     if sha256 is not None:
         return sha256_file(path) == sha256
     if md5 is not None:
-        return _md5_file(path) == md5
+        return file_digest(path, "md5") == md5
     return False
 
 
@@ -198,7 +187,7 @@ def _verify(path: Path, *, sha256: str | None, md5: str | None, what: str, after
         )
         return
     kind, expected = ("sha256", sha256) if sha256 is not None else ("md5", md5)
-    got = sha256_file(path) if sha256 is not None else _md5_file(path)
+    got = sha256_file(path) if sha256 is not None else file_digest(path, "md5")
     if got != expected:
         raise ChecksumError(
             f"checksum mismatch for {what}: expected {kind} {expected}, got {got}{after}"

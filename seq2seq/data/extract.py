@@ -17,12 +17,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from seq2seq.core import UserError
+from seq2seq.core import READ_CHUNK, UserError
 from seq2seq.data.download import NotAvailableError
 
 __all__ = ["open_member", "read_lines", "write_part"]
-
-_CHUNK = 1 << 20
 
 
 @contextlib.contextmanager
@@ -92,7 +90,7 @@ def write_part(src: BinaryIO, fmt: str, out: BinaryIO, where: str = "") -> int:
     lines = 0
     if fmt == "text":
         last = b"\n"
-        while chunk := src.read(_CHUNK):
+        while chunk := src.read(READ_CHUNK):
             out.write(chunk)
             lines += chunk.count(b"\n")
             last = chunk[-1:]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from seq2seq.core import UserError, atomic_open
+from seq2seq.core import READ_CHUNK, UserError, atomic_open
 from seq2seq.data.cleaning import CleaningReport
 
 __all__ = [
@@ -32,8 +32,6 @@ __all__ = [
     "read_parallel",
     "split_tsv",
 ]
-
-_CHUNK = 1 << 20
 
 
 def _open_binary(path: Path) -> BinaryIO:
@@ -49,7 +47,7 @@ def count_lines(path: str | Path) -> int:
     """Lines (``\\n``-terminated, plus a final unterminated one) of a plain or gzip file."""
     lines, last = 0, b"\n"
     with _open_binary(Path(path)) as f:
-        while chunk := f.read(_CHUNK):
+        while chunk := f.read(READ_CHUNK):
             lines += chunk.count(b"\n")
             last = chunk[-1:]
     return lines + (last != b"\n")

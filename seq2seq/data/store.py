@@ -19,14 +19,13 @@ from pathlib import Path
 import numpy as np
 from torch.utils.data import Dataset
 
-from seq2seq.core import UserError, atomic_dir, atomic_open
+from seq2seq.core import READ_CHUNK, UserError, atomic_dir, atomic_open
 from seq2seq.data.cleaning import Cleaner, CleaningReport, CleaningRules
 from seq2seq.data.parallel import iter_parallel
 from seq2seq.data.tokenizer import Tokenizer
 
 __all__ = ["STORE_FORMAT", "TokenStore", "build_store"]
 
-_CHUNK = 1 << 20
 STORE_FORMAT = 1
 
 
@@ -55,7 +54,7 @@ class _ArrayWriter:
         header = {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False}
         with open(npy_path, "wb") as out, open(self.path, "rb") as raw:
             np.lib.format.write_array_header_1_0(out, {**header, "shape": (self.size,)})
-            while chunk := raw.read(_CHUNK):
+            while chunk := raw.read(READ_CHUNK):
                 out.write(chunk)
         self.path.unlink()
 
