@@ -12,6 +12,8 @@ _HOMES = {
     "BOS_ID": "tokenizer",
     "EOS_ID": "tokenizer",
     "PAD_ID": "tokenizer",
+    "Detection": "language_id",
+    "LanguageIdentifier": "language_id",
     "Tokenizer": "tokenizer",
     "TranslationDataModule": "datamodule",
     "UNK_ID": "tokenizer",

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from seq2seq.core import UserError
+from seq2seq.data.language_id import LanguageIdentifier
 
 __all__ = ["DEDUP_MODES", "Cleaner", "CleaningReport", "CleaningRules"]
 
@@ -129,16 +130,6 @@ class CleaningReport:
         }
 
 
-def _langid_classifier():
-    try:
-        import py3langid
-    except ImportError:
-        raise UserError(
-            "data.langid needs py3langid: pip install 'seq2seq[langid]' (or pip install py3langid)"
-        ) from None
-    return py3langid.classify
-
-
 class Cleaner:
     """Applies :class:`CleaningRules` pair by pair and fills a :class:`CleaningReport`.
 
@@ -156,7 +147,7 @@ class Cleaner:
         self.src_lang, self.tgt_lang = src_lang, tgt_lang
         self._seen: set[bytes] = set()
         self._digest = hashlib.blake2b
-        self._classify = _langid_classifier() if rules.langid else None
+        self._identifier = LanguageIdentifier(purpose="data.langid") if rules.langid else None
 
     def keep_text(self, src: str, tgt: str) -> bool:
         """The text rules (duplicates, language id) on one non-empty pair."""
@@ -167,8 +158,9 @@ class Cleaner:
                 self.report.duplicate += 1
                 return False
             self._seen.add(digest)
-        if self._classify is not None and (
-            self._classify(src)[0] != self.src_lang or self._classify(tgt)[0] != self.tgt_lang
+        if self._identifier is not None and (
+            self._identifier.classify(src) != self.src_lang
+            or self._identifier.classify(tgt) != self.tgt_lang
         ):
             self.report.wrong_language += 1
             return False
