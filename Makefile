@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[dev,docs,export,langid,serve]'
+	$(PIP) install --quiet -e '.[dev,docs,export,hf,langid,serve]'
 	touch $(STAMP)
 
 install: $(STAMP)
