@@ -116,6 +116,18 @@ class DataConfig:
     """Length bucket granularity in tokens; sentences in one bucket have similar lengths."""
     num_workers: int = 0
 
+    @property
+    def directions(self) -> tuple[tuple[str, str], ...]:
+        """The ``(source, target)`` language directions the data describes, lowercased.
+
+        A bilingual config has one, from ``pair``. Everything that asks which languages a
+        model translates (the server's ``/languages``, direction checks) reads this.
+        """
+        src, sep, tgt = self.pair.partition("-")
+        if not sep or not src or not tgt:
+            return ()
+        return ((src.lower(), tgt.lower()),)
+
     def validate(self, prefix: str = "data.") -> None:
         """Refuse values that cannot work, naming the key (:class:`InvalidValue`)."""
         _choice(prefix, "spm_type", self.spm_type, ("bpe", "unigram"))
