@@ -9,6 +9,7 @@ import sys
 from seq2seq.cli.arguments import (
     add_command,
     add_search_args,
+    checked_options,
     search_overrides,
     set_threads,
     warner,
@@ -215,6 +216,7 @@ def _run_score(args) -> int:
     from seq2seq.core import atomic_open
     from seq2seq.decode import Scorer, score_files
 
+    checked_options(len_penalty=args.len_penalty, max_tokens=args.max_tokens)
     set_threads(args.threads)
     check_device(args.device)
     check_paths(

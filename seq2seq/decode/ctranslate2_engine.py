@@ -191,6 +191,8 @@ class CTranslate2Engine:
         if opts.method == "sample":
             import ctranslate2
 
+            if opts.seed >= 2**32:  # its set_random_seed takes an unsigned 32-bit int
+                raise UserError(f"the ctranslate2 engine takes seeds below 2**32, got {opts.seed}")
             ctranslate2.set_random_seed(opts.seed)
         return with_sampled_nbest(
             lambda rows, cons: self._translate(rows, opts, cons, attention), src, opts, constraints

@@ -94,13 +94,18 @@ def _parse_json(body: bytes) -> Any:
     if not text.strip():
         raise RequestError(400, "empty request body: send a JSON object")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise RequestError(
             400, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}"
         ) from None
     except RecursionError:
         raise RequestError(400, "malformed JSON: nested too deeply") from None
+
+
+def _no_constant(name: str) -> Any:
+    """Python's json reads ``NaN`` and ``Infinity``, which JSON does not have."""
+    raise RequestError(400, f"malformed JSON: {name} is not a JSON value (JSON has no NaN or inf)")
 
 
 def _parse_urlencoded(body: bytes) -> dict[str, str]:
@@ -136,7 +141,7 @@ def _parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
 
 async def read_libre_fields(request, limit: int) -> tuple[dict, bool]:
     """LibreTranslate's fields from a JSON or form body of at most ``limit`` bytes; True when
-    it was a form."""
+    it was a form (whose ``alternatives``, when digits, is then an int)."""
     body = await _read_body(request, limit)
     content_type = request.headers.get("content-type", "")
     kind = content_type.split(";")[0].strip().lower()
@@ -145,9 +150,17 @@ async def read_libre_fields(request, limit: int) -> tuple[dict, bool]:
         if not isinstance(data, dict):
             raise RequestError(400, "invalid request: the JSON body must be an object")
         return data, False
-    if kind == "multipart/form-data":
-        return _parse_multipart(body, content_type), True
-    return _parse_urlencoded(body), True
+    form = _parse_multipart(body, content_type) if kind == "multipart/form-data" else None
+    return _form_numbers(form if form is not None else _parse_urlencoded(body)), True
+
+
+def _form_numbers(form: dict[str, str]) -> dict[str, Any]:
+    """A form's integer fields as ints, so that forms and JSON bodies meet the same strict
+    schema: ``alternatives=2`` is 2; anything but decimal digits stays a string (a 400)."""
+    value = form.get("alternatives")
+    if value is not None and value.strip().isascii() and value.strip().isdigit():
+        return {**form, "alternatives": int(value.strip())}
+    return form
 
 
 async def read_json_object(request, limit: int) -> dict:
