@@ -13,6 +13,8 @@ from typing import Any
 
 import pydantic
 
+from seq2seq.serve.logs import log
+
 __all__ = ["RequestError", "check_unicode", "read_json_object", "read_libre_fields", "validate"]
 
 
@@ -76,16 +78,30 @@ def _decode_utf8(data: bytes, what: str) -> str:
 
 
 async def _read_body(request, limit: int) -> bytes:
-    """The request body, refused with a 413 past ``limit`` bytes (before reading it all)."""
+    """The request body, refused with a 413 past ``limit`` bytes (before reading it all).
+
+    A client that disconnects before sending it all is logged as one INFO line (and the
+    request ends in a RequestError that nobody receives)."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise RequestError(413, f"request body of {int(length):,} bytes; the limit is {limit:,}")
+    from starlette.requests import ClientDisconnect
+
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"request body over the limit of {limit:,} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"request body over the limit of {limit:,} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The client's own doing, and nobody is left to answer: one line, no traceback.
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.info(
+            "%s disconnected after %d of %s body bytes; nothing translated",
+            client, size, length if length is not None else "?",
+        )  # fmt: skip
+        raise RequestError(400, "client disconnected before the whole request body") from None
     return b"".join(chunks)
 
 

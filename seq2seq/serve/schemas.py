@@ -77,9 +77,8 @@ def _per_text(name: str, value: Any, text: Any) -> Any:
         isinstance(value, list) and len(value) == n and all(v is None or fits(v) for v in value)
     ):
         raise ValueError(
-            f"for a list of {n} text{'s' * (n != 1)}, expected a list of {n} "
-            f"entr{'ies' if n != 1 else 'y'} (one per text), each {one} or null; "
-            f"got {_shape(value)}"
+            f"for a list of {n} text{'s' * (n != 1)}, expected a list with one entry per "
+            f"text ({n}), each {one} or null; got {_shape(value)}"
         )
     return value
 
