@@ -115,6 +115,7 @@ def _run_translate(args) -> int:
         translate_stream,
     )
 
+    search = search_overrides(args)  # checked now, before anything loads
     if args.resume and not args.output:
         raise UserError("--resume needs -o FILE")
     if args.buffer_lines < 1:
@@ -138,9 +139,7 @@ def _run_translate(args) -> int:
     reader = open_lines(args.input)
     if args.output:
         args.on_stop = f"{args.output}.partial holds the lines so far: rerun with --resume"
-    translator = Translator.load(
-        args.model_dir, device=args.device, engine=args.engine, **search_overrides(args)
-    )
+    translator = Translator.load(args.model_dir, device=args.device, engine=args.engine, **search)
     record = fingerprint(
         input_path=args.input,
         model_dir=args.model_dir,
