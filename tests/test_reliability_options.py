@@ -241,7 +241,8 @@ SAME_EVERYWHERE = [
      f"seed must be <= {2**64 - 1}, got {2**64}"),
     (["--beam", "4", "--len-penalty", "nan"], dict(beam_size=4, len_penalty=math.nan),
      "len_penalty must be a finite number, got nan"),
-    (["--max-len-a", "inf"], dict(max_len_a=math.inf), "max_len_a must be a finite number, got inf"),
+    (["--max-len-a", "inf"], dict(max_len_a=math.inf),
+     "max_len_a must be a finite number, got inf"),
     (["--top-k", str(2**31)], dict(top_k=2**31), f"top_k must be <= {2**31 - 1}, got {2**31}"),
 ]  # fmt: skip
 
@@ -252,8 +253,9 @@ def test_a_bad_search_value_reads_the_same_in_the_cli_python_and_server(
 ):
     src = tmp_path / "in.txt"
     src.write_text(SENTENCES[0] + "\n", encoding="utf-8")
-    for command in (["translate", str(model_dir), "-i", str(src)],
-                    ["evaluate", str(model_dir), "--src", str(src), "--ref", str(src)]):  # fmt: skip
+    translate = ["translate", str(model_dir), "-i", str(src)]
+    evaluate = ["evaluate", str(model_dir), "--src", str(src), "--ref", str(src)]
+    for command in (translate, evaluate):
         assert main([*command, *flags]) == 2
         err = capsys.readouterr().err
         assert err == f"seq2seq {command[0]}: error: {message}\n"

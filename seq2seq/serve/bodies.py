@@ -12,6 +12,7 @@ import urllib.parse
 from typing import Any
 
 import pydantic
+from starlette.requests import ClientDisconnect
 
 from seq2seq.serve.logs import log
 
@@ -85,8 +86,6 @@ async def _read_body(request, limit: int) -> bytes:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise RequestError(413, f"request body of {int(length):,} bytes; the limit is {limit:,}")
-    from starlette.requests import ClientDisconnect
-
     chunks, size = [], 0
     try:
         async for chunk in request.stream():

@@ -114,8 +114,9 @@ class TranslateRequest(BaseModel):
     Search options left out (or null) keep the server's defaults (the model's ``decoding``
     section and the ``seq2seq serve`` options). Every field is strict (``"beam_size": true``,
     ``4.7`` or ``"4"`` is a 400); the search options' ranges are checked by the one check of
-    search options (:meth:`seq2seq.config.DecodingConfig.validate`), as for the command line. Later fields join this model without changing
-    the existing ones: ``models`` (ids from ``GET /v1/models``) for an ensemble.
+    search options (:meth:`seq2seq.config.DecodingConfig.validate`), as for the command line.
+    Later fields join this model without changing the existing ones: ``models`` (ids from
+    ``GET /v1/models``) for an ensemble.
 
     ``alignments``: per sentence, each hypothesis' Moses ``i-j`` word pairs (the rule and format
     of ``seq2seq translate --alignments``, :mod:`seq2seq.decode.alignments`); the engine must give
