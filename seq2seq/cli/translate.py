@@ -146,6 +146,7 @@ def _run_translate(args) -> int:
         engine=args.engine,
         options={
             **dataclasses.asdict(translator.opts),
+            "buffer_lines": args.buffer_lines,  # batches are cut at its blocks of lines
             "output_format": args.output_format,
             "scores": args.scores,
             "alignments": args.alignments,
