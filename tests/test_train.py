@@ -60,6 +60,7 @@ def overrides(data: Path, **training: object) -> list[str]:
         "model.n_encoder_layers=1",
         "model.n_decoder_layers=1",
         "model.max_positions=64",
+        "data.max_len=63",  # fits max_positions with BOS or EOS
         "model.dropout=0.1",
         "training.lr=0.01",
         "training.warmup_steps=10",

@@ -109,7 +109,8 @@ class DataConfig:
     spm_max_sentences: int = 2_000_000
     """Sentences sampled to train SentencePiece (enough for any vocabulary we use)."""
     max_len: int = 256
-    """Training pairs with more tokens than this on either side are dropped."""
+    """Training and validation pairs with more pieces than this on either side are dropped;
+    at most ``model.max_positions - 1`` (checked when training starts)."""
     max_ratio: float = 3.0
     """Training pairs whose token-length ratio exceeds this are dropped."""
     max_tokens: int = 4096
@@ -491,3 +492,23 @@ class ExperimentConfig:
         """Validate every section (:class:`InvalidValue` naming the first bad key)."""
         for section in (self.data, self.model, self.training, self.decoding, self.export):
             section.validate()
+
+    def validate_training(self) -> None:
+        """The rule across sections that a config must pass to train (not to load a model).
+
+        A pair of ``data.max_len`` pieces takes ``data.max_len + 1`` positions (the source
+        with its EOS, the target input with its BOS), which must fit ``model.max_positions``:
+        a longer pair would overflow the position table in the middle of the run. A trained
+        model's config is not held to it, so model directories written before it still load.
+
+        Raises:
+            InvalidValue: ``data.max_len`` too large for ``model.max_positions``.
+        """
+        fits = self.model.max_positions - 1
+        if self.data.max_len > fits:
+            raise InvalidValue(
+                "data.max_len",
+                f"is {self.data.max_len}, but model.max_positions {self.model.max_positions} "
+                f"holds at most {fits} pieces plus BOS or EOS: set data.max_len to {fits} or "
+                "less, or raise model.max_positions",
+            )

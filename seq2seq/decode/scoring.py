@@ -267,7 +267,7 @@ def score_files(
     """Score the aligned files ``src_path``/``tgt_path``; one line per pair to ``out``.
 
     Both files are read and encoded before anything is scored, so bad input (line counts,
-    UTF-8, an over-long target) fails before any output.
+    UTF-8, an over-long target, two empty files) fails before any output.
 
     Returns:
         :func:`corpus_summary` of all pairs.
@@ -278,6 +278,8 @@ def score_files(
         )
     DecodingConfig.check_value("len_penalty", len_penalty)
     src_text, tgt_text = read_lines(src_path), read_lines(tgt_path)
+    if not src_text and not tgt_text:  # a perplexity of no tokens would be nan
+        raise UserError(f"{src_path} and {tgt_path} are empty: no sentence pairs to score")
 
     def on_truncated(line: int, n: int) -> None:
         if warn is not None:
