@@ -40,7 +40,6 @@ def ft_overrides(data: Path, **training: object) -> list[str]:
         f"data.train_prefix={data}/train",
         f"data.valid_prefix={data}/valid",
         "data.max_tokens=200",
-        "data.max_len=63",  # the parent's model.max_positions is 64
         "training.lr=0.001",
         "training.warmup_steps=1",
         "training.max_steps=2",

@@ -247,7 +247,8 @@ class TranslationDataModule(pl.LightningDataModule):
         tsv = self._tsv(split) if self.cfg.data.corpus == "files" else None
         where = str(tsv) if tsv is not None else f"{src}, {tgt}"
         if n == 0:
-            raise UserError(f"{where}: no sentence pairs for the {split} split: it is empty")
+            empty = "the file is empty" if tsv is not None else "both files are empty"
+            raise UserError(f"{where}: no sentence pairs for the {split} split: {empty}")
         read = min(n, limit) if limit else n
         what = "line 1 is blank or has" if read == 1 else f"lines 1-{read} are all blank or have"
         raise UserError(f"{where}: no sentence pairs for the {split} split: {what} an empty side")
