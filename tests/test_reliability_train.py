@@ -226,7 +226,8 @@ def test_a_validation_tsv_of_blank_lines_fails_before_any_work_naming_it(tmp_pat
     with pytest.raises(UserError) as e:
         dm.prepare_data()
     assert str(e.value) == (
-        f"{valid}: no sentence pairs for the valid split: lines 1-3 are all blank or have an empty side"
+        f"{valid}: no sentence pairs for the valid split: lines 1-3 are all blank or have an "
+        "empty side"
     )
     # before SentencePiece and the stores
     assert not (run / "spm.model").exists() and not (run / "data" / "train").exists()
@@ -307,8 +308,8 @@ def test_a_run_prints_our_lines_and_its_errors_come_first(tmp_path):
                           f"data.valid_prefix={blank}")  # fmt: skip
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"seq2seq train: error: {blank}: no sentence pairs for the val split: lines 1-2 are all blank or "
-        "have an empty side"
+        f"seq2seq train: error: {blank}: no sentence pairs for the val split: lines 1-2 are all "
+        "blank or have an empty side"
     ]
 
 

@@ -249,9 +249,16 @@ class TranslationDataModule(pl.LightningDataModule):
         if n == 0:
             empty = "the file is empty" if tsv is not None else "both files are empty"
             raise UserError(f"{where}: no sentence pairs for the {split} split: {empty}")
-        read = min(n, limit) if limit else n
-        what = "line 1 is blank or has" if read == 1 else f"lines 1-{read} are all blank or have"
-        raise UserError(f"{where}: no sentence pairs for the {split} split: {what} an empty side")
+        if limit and limit < n:
+            key = "max_train_pairs" if split == self.cfg.data.train_split else "max_valid_pairs"
+            lines = "its first line" if limit == 1 else f"its first {limit} lines"
+            lines += f" (data.{key})"
+        else:
+            lines = "line 1" if n == 1 else f"lines 1-{n}"
+        what = "is blank or has" if min(n, limit or n) == 1 else "are all blank or have"
+        raise UserError(
+            f"{where}: no sentence pairs for the {split} split: {lines} {what} an empty side"
+        )
 
     def _tokenizer(self, train_src: Path, train_tgt: Path) -> Tokenizer:
         """SentencePiece on the training split only (its first ``max_train_pairs`` pairs), or
@@ -281,17 +288,10 @@ class TranslationDataModule(pl.LightningDataModule):
             with (
                 open(src_path, "w", encoding="utf-8") as fs,
                 open(tgt_path, "w", encoding="utf-8") as ft,
-            ):
-                kept = 0
+            ):  # (at least one pair: _check_has_pairs)
                 for _, src, tgt in iter_parallel(train_src, train_tgt, limit=d.max_train_pairs):
                     fs.write(src + "\n")
                     ft.write(tgt + "\n")
-                    kept += bool(src.strip() or tgt.strip())
-            if not kept:
-                raise UserError(
-                    f"no training sentences left in {train_src}, {train_tgt} (after filtering: "
-                    f"their first {d.max_train_pairs} pairs, blank lines dropped)"
-                )
             return ensure_tokenizer(
                 self.work_dir, src_path, tgt_path, spm_model=d.spm_model, **options
             )
