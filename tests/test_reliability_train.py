@@ -7,6 +7,7 @@ run prints our lines, not Lightning's; averages are byte-identical; ``data.max_l
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 import shutil
@@ -77,6 +78,22 @@ def test_a_fine_tuned_model_resumes_and_translates_after_its_parent_moves_or_is_
     argv = ["translate", str(ft), "-i", str(tmp_path / "src.txt"), "-o", str(out), "--greedy"]
     assert main(argv) == 0
     assert out.read_text(encoding="utf-8").count("\n") == 2
+
+
+def test_resume_reads_only_the_runs_own_sentencepiece_model(tmp_path):
+    train = _tsv(tmp_path / "train.tsv", _pairs(100))
+    elsewhere = make_model_dir(tmp_path / "elsewhere")
+    cfg = _cfg(tmp_path, train_prefix=str(train), valid_prefix=str(train))
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, spm_model=str(elsewhere)))
+    run = tmp_path / "run"
+    dm = TranslationDataModule(cfg, run, resume=True)
+    assert dm.input_files() == [
+        ("data.train_prefix file", train),
+        ("data.valid_prefix file", train),
+    ]
+    with pytest.raises(UserError, match=r"run/spm\.model is missing: --resume continues with"):
+        dm.prepare_data()
+    assert not (run / "spm.model").exists()  # not taken from data.spm_model behind its back
 
 
 def test_a_tokenizer_refusal_never_advises_deleting_it(tmp_path):

@@ -81,9 +81,9 @@ class TranslationDataModule(pl.LightningDataModule):
             work_dir: The experiment directory.
             mirror: Offline corpus mirror (default ``$SEQ2SEQ_MIRROR``; see seq2seq.data.download).
             cache_dir: Download cache (default ``$SEQ2SEQ_CACHE`` or ``~/.cache/seq2seq``).
-            resume: A resumed run: the SentencePiece model(s) already in ``work_dir`` are the
-                run's, used as they are; ``data.spm_model`` (where a new run copied them from,
-                such as a fine-tuned run's parent) is not read again.
+            resume: A resumed run: the SentencePiece model(s) in ``work_dir`` are the run's,
+                used as they are (missing ones are an error); ``data.spm_model`` (where the new
+                run copied them from, such as a fine-tuned run's parent) is not read again.
         """
         super().__init__()
         self.cfg = cfg
@@ -148,15 +148,9 @@ class TranslationDataModule(pl.LightningDataModule):
                 tsv = self._tsv(split)
                 paths = [tsv] if tsv is not None else list(self.split_files(split))
                 found += [(f"data.{key} file", path) for path in paths]
-        if d.spm_model is not None and not self._own_tokenizer():
-            if not Path(d.spm_model).is_dir():
-                found.append(("data.spm_model", Path(d.spm_model)))
+        if d.spm_model is not None and not self.resume and not Path(d.spm_model).is_dir():
+            found.append(("data.spm_model", Path(d.spm_model)))
         return found
-
-    def _own_tokenizer(self) -> bool:
-        """A resumed run whose SentencePiece model(s) are in ``work_dir``: it uses those."""
-        own = model_files(self.work_dir, joint=self.cfg.data.joint_vocab)
-        return self.resume and all(p.is_file() for p in own)
 
     def _fetch(self, splits: list[str]) -> None:
         d = self.cfg.data
@@ -265,9 +259,17 @@ class TranslationDataModule(pl.LightningDataModule):
         the model already in ``work_dir`` when it was trained the same way, or ``data.spm_model``
         (:func:`seq2seq.data.tokenizer.ensure_tokenizer`); a resumed run's own model as it is."""
         d = self.cfg.data
-        if self._own_tokenizer():
+        if self.resume:
             # The model the run has trained with, even if data.spm_model now names another
             # file or none: a run directory depends on nothing outside it.
+            missing = [
+                p for p in model_files(self.work_dir, joint=d.joint_vocab) if not p.is_file()
+            ]
+            if missing:
+                raise UserError(
+                    f"{missing[0]} is missing: --resume continues with the run's own "
+                    "SentencePiece model, which its checkpoints were trained with"
+                )
             return Tokenizer.load(self.work_dir, joint=d.joint_vocab)
         options = {
             "model_type": d.spm_type,
