@@ -266,22 +266,25 @@ def test_data_max_len_must_fit_model_max_positions(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_validation_pairs_longer_than_max_len_are_dropped_like_training_ones(tmp_path, capsys):
+def test_validation_pairs_the_model_cannot_hold_are_dropped_as_too_long(tmp_path, capsys):
     pairs = _pairs(60, 300)
-    long = ("der " * 80, "the " * 80)
-    valid = _prefix(tmp_path / "valid", [pairs[0], long, *pairs[1:]])
+    fits = ("der " * 15, "der " * 15)  # over data.max_len, within model.max_positions: kept
+    long = ("der " * 30, "der " * 30)  # over model.max_positions - 1: dropped
+    valid = _prefix(tmp_path / "valid", [pairs[0], long, fits, *pairs[1:]])
     train = _tsv(tmp_path / "train.tsv", _pairs(200))
     cfg = _cfg(tmp_path, train_prefix=str(train), valid_prefix=str(valid), max_len=40)
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, max_positions=64))
     dm = TranslationDataModule(cfg, tmp_path / "run")
     dm.prepare_data()
     dm.setup("fit")
-    assert (
-        "valid: kept 60 of 61 sentence pairs (dropped 0 empty, 1 too long"
-        in capsys.readouterr().err
-    )
-    assert dm.valid_store.lines.tolist() == [0, *range(2, 61)]
-    assert dm.valid_src_text == [s for s, _ in pairs] and dm.valid_ref_text == [t for _, t in pairs]
-    assert int(dm.valid_store.src_lens.max()) <= 40
+    pieces = [len(ids) for ids in dm.tokenizer.encode_src([fits[0], long[0]])]
+    assert 40 < pieces[0] <= 63 < pieces[1]  # (what the pairs are for)
+    err = capsys.readouterr().err
+    assert "valid: kept 61 of 62 sentence pairs (dropped 0 empty, 1 too long" in err
+    assert dm.valid_store.lines.tolist() == [0, *range(2, 62)]
+    kept = [pairs[0], (fits[0].strip(), fits[1].strip()), *pairs[1:]]
+    assert dm.valid_src_text == [s for s, _ in kept] and dm.valid_ref_text == [t for _, t in kept]
+    assert int(dm.valid_store.src_lens.max()) <= 63 and int(dm.valid_store.tgt_lens.max()) <= 63
 
 
 # ---- 9. a run prints our lines, not Lightning's ----------------------------------------------

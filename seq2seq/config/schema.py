@@ -109,8 +109,8 @@ class DataConfig:
     spm_max_sentences: int = 2_000_000
     """Sentences sampled to train SentencePiece (enough for any vocabulary we use)."""
     max_len: int = 256
-    """Training and validation pairs with more pieces than this on either side are dropped;
-    at most ``model.max_positions - 1`` (checked when training starts)."""
+    """Training pairs with more pieces than this on either side are dropped; at most
+    ``model.max_positions - 1`` (checked when training starts)."""
     max_ratio: float = 3.0
     """Training pairs whose token-length ratio exceeds this are dropped."""
     max_tokens: int = 4096

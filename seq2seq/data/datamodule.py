@@ -225,8 +225,9 @@ class TranslationDataModule(pl.LightningDataModule):
             tokenizer,
             split=d.valid_split,
             train=False,
-            # as in training: a longer pair would not fit the model's positions
-            cleaning=CleaningRules(max_len=d.max_len),
+            # dropped as too long, as in training: a pair the model's positions cannot hold
+            # (all others stay, so that validation scores stay comparable)
+            cleaning=CleaningRules(max_len=self.cfg.model.max_positions - 1),
             limit=d.max_valid_pairs,
             log=_stderr,
         )

@@ -3,7 +3,7 @@
 :func:`build_store` reads a split (:func:`seq2seq.data.parallel.iter_parallel`), sends training
 pairs through the cleaning stage (:mod:`seq2seq.data.cleaning`: duplicates, language id, more
 than ``max_len`` pieces, a length ratio above ``max_ratio``; a validation split only loses
-pairs longer than ``max_len``, which the model's positions could not hold) and
+the pairs the model's positions could not hold) and
 streams the ids, a chunk at a time, into a :class:`TokenStore` directory. Each split's counts,
 per rule, are reported in one line and kept in the store's header.
 """
@@ -106,8 +106,8 @@ def build_store(
             counted).
         max_ratio: With ``train`` and no ``cleaning``: largest allowed ``max(len) / min(len)``.
         cleaning: With ``train``: the full rules (default: ``max_len`` and ``max_ratio`` only).
-            Without: the piece-count rules for an evaluation split (a validation split's
-            ``max_len``); default none.
+            Without: the piece-count rules for an evaluation split (a validation split drops
+            what the model's positions cannot hold); default none.
         langs: ``(source, target)`` language codes, for the language-id rule.
         limit: Use only the first ``limit`` lines (0 = all).
         chunk_size: Pairs encoded at a time.
