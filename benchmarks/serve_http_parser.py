@@ -1,9 +1,7 @@
 #!/usr/bin/env python
-"""What naming uvicorn's h11 parser costs ``seq2seq serve`` against httptools.
-
-``seq2seq serve`` runs uvicorn with ``http="h11"`` so that request headers are bounded
-(seq2seq.serve.launcher.MAX_HEADER_BYTES) whichever parsers are installed; uvicorn's default
-picks httptools where installed, which buffers headers of any size. Each parser serves the same
+"""What bounding request heads costs ``seq2seq serve``: plain httptools (uvicorn's default,
+which buffers headers of any size), the bounded httptools that ``seq2seq serve`` runs
+(seq2seq.serve.http_protocol), and bounded h11 (its fallback). Each parser serves the same
 model in a fresh process on 127.0.0.1; one keep-alive client sends ``--requests`` sequential
 ``GET /health`` (the parser and the app, no engine) and ``POST /v1/translate`` requests (one
 sentence, greedy) in interleaved rounds, and the table gives the median requests/s.
@@ -21,7 +19,7 @@ import time
 
 import needs  # this folder: one line and exit 2 for a missing model
 
-PARSERS = ("httptools", "h11")
+PARSERS = ("httptools", "bounded-httptools", "h11")
 SENTENCE = "Two dogs play with a red ball in the park."
 
 
@@ -31,7 +29,7 @@ def _serve(model_dir: str, parser: str, port: int, threads: int) -> None:
 
     from seq2seq.serve.app import create_app
     from seq2seq.serve.batcher import engine_thread
-    from seq2seq.serve.launcher import MAX_HEADER_BYTES
+    from seq2seq.serve.http_protocol import MAX_HEADER_BYTES, http_settings
     from seq2seq.serve.served_model import load_translator
 
     torch.set_num_threads(threads)
@@ -44,12 +42,20 @@ def _serve(model_dir: str, parser: str, port: int, threads: int) -> None:
         app,
         host="127.0.0.1",
         port=port,
-        http=parser,
-        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        **_parser_settings(parser, MAX_HEADER_BYTES, http_settings),
         log_level="warning",
         access_log=False,
     )
     uvicorn.Server(config).run()
+
+
+def _parser_settings(parser: str, bound: int, http_settings) -> dict:
+    """uvicorn keywords: plain httptools (unbounded), ours (bounded httptools), bounded h11."""
+    if parser == "bounded-httptools":
+        return http_settings(bound)
+    if parser == "h11":
+        return {"http": "h11", "h11_max_incomplete_event_size": bound}
+    return {"http": parser}
 
 
 def _free_port() -> int:

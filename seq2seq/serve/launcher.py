@@ -5,8 +5,8 @@ A stop stops accepting connections, finishes the requests in flight, then exits 
 graceful shutdown, then :meth:`~seq2seq.serve.batcher.Batcher.close` finishes anything still
 queued).
 
-HTTP is parsed by h11 (uvicorn's ``http="h11"``), whatever else is installed, so that request
-headers are bounded (:data:`MAX_HEADER_BYTES`) under every installation.
+Request heads are bounded (:data:`~seq2seq.serve.http_protocol.MAX_HEADER_BYTES`) under every
+installation: :func:`~seq2seq.serve.http_protocol.http_settings` picks the parser.
 """
 
 from __future__ import annotations
@@ -20,17 +20,14 @@ from seq2seq.core import UserError
 from seq2seq.serve.app import create_app
 from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
+from seq2seq.serve.http_protocol import http_settings
 from seq2seq.serve.logs import log
 from seq2seq.serve.served_model import load_translator
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["MAX_HEADER_BYTES", "serve"]
-
-MAX_HEADER_BYTES = 32 * 1024
-"""The most bytes a request's line and headers may take (a larger one is refused before it is
-buffered: memory per connection stays bounded)."""
+__all__ = ["serve"]
 
 
 def serve(
@@ -85,11 +82,7 @@ def serve(
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=None,
-        # h11, named rather than uvicorn's "auto" (httptools where installed, which buffers
-        # headers of any size): a request whose line and headers pass MAX_HEADER_BYTES is
-        # answered 400 and its connection closed, whatever else is installed.
-        http="h11",
-        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
+        **http_settings(),  # a bounded request head, whichever parser is installed
     )
     server = uvicorn.Server(uv_config)
     bound_host, bound_port = sock.getsockname()[:2]
