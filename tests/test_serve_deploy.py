@@ -236,6 +236,8 @@ def test_html_inline_markup_follows_the_alignment():
     assert doc.texts == ["Hi there"]
     page = doc.apply([RunTranslation([("Hi there", "Hallo du", [(0, 0), (1, 1)])])])
     assert page.startswith("<!DOCTYPE html>") and "<h1>Hallo <em>du</em></h1>" in page
+    # no doctype in, none out (libxml2 would add an HTML 4 one)
+    assert _upper("<html><body><p>x</p></body></html>") == "<html><body><p>X</p></body></html>"
 
 
 def test_html_over_http_translates_runs_with_the_model(model_dir, reference):
@@ -245,9 +247,12 @@ def test_html_over_http_translates_runs_with_the_model(model_dir, reference):
     )
 
     async def body(client):
-        return await libre(client, markup, format="html")
+        bad = [await libre(client, q, format="html") for q in ("<!DOCTYPE html>", "  ")]
+        return await libre(client, markup, format="html"), bad
 
-    r = serve_and(model_dir, body)
+    r, bad = serve_and(model_dir, body)
+    assert [b.status_code for b in bad] == [400, 400]
+    assert "not HTML" in bad[0].json()["error"] and "empty text" in bad[1].json()["error"]
     assert r.status_code == 200, r.text
     out = lxml.html.fragment_fromstring(r.json()["translatedText"])
     assert out.tag == "div" and out.get("class") == "a"

@@ -114,6 +114,9 @@ class HtmlDocument:
         markup: the HTML (a whole document when it starts with a doctype or ``<html>``).
         inline: keep sentences with inline markup whole (needs alignments); False: every text
             node is translated on its own.
+
+    Raises:
+        lxml.etree.ParserError: markup that is no document at all (a lone doctype).
     """
 
     def __init__(self, markup: str, *, inline: bool = True) -> None:
@@ -121,7 +124,9 @@ class HtmlDocument:
         self.whole_document = bool(_DOCUMENT.match(markup))
         if self.whole_document:
             self.root = lxml.html.document_fromstring(markup)
-            self._doctype = self.root.getroottree().docinfo.doctype
+            # libxml2 invents an HTML 4 doctype for a document without one: keep only a real one
+            has_doctype = re.match(r"\s*<!doctype", markup, re.IGNORECASE)
+            self._doctype = self.root.getroottree().docinfo.doctype if has_doctype else ""
         else:
             self.root = lxml.html.fragment_fromstring(markup, create_parent="div")
             self._doctype = ""

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lxml.etree import LxmlError
+
 from seq2seq.core import UserError
 from seq2seq.decode import TorchEngine, supports
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
@@ -400,9 +402,11 @@ class TranslationService:
         self, texts: list[str], *, language: str, field: str, totals: bool = True
     ) -> list[str]:
         """Each HTML text translated with its markup kept (:mod:`seq2seq.serve.html`)."""
+        if not any(t.strip() for t in texts):
+            raise RequestError(400, f"empty text: {field} has nothing to translate")
         try:
             docs = [HtmlDocument(t, inline=self.can_align) for t in texts]
-        except ValueError as e:  # lxml refuses what it cannot parse at all
+        except (ValueError, LxmlError) as e:  # what lxml cannot parse at all
             raise RequestError(400, f"{field} is not HTML that can be parsed: {e}") from None
         runs = [r for d in docs for r in d.texts]
         if not runs:
