@@ -12,8 +12,8 @@ Metrics (all prefixed ``seq2seq_``):
 - ``batch_sentences``: a histogram of the sentences per engine batch;
 - ``translated_sentences_total`` and ``translated_characters_total``: source sentences and
   their characters translated;
-- ``key_requests_total{key}``: requests per API key, the key given as the first 16 hex digits
-  of its sha256 (a scrape never shows a key).
+- ``key_requests_total{key}``: requests let through per API key, the key as the first 16 hex
+  digits of its sha256 (a scrape never shows a key).
 """
 
 from __future__ import annotations
