@@ -9,7 +9,8 @@ connection. The servers of one run:
 
 - ``torch`` and ``ct2``: ``--engine torch`` and the model directory's CTranslate2 export
   (``--engine ctranslate2``: int8 after ``make demo``), both with ``--api-keys`` (every client
-  sends one of 8 keys) and metrics, at ``--levels``;
+  sends one of 8 keys, each with a limit of 100,000 per minute: counted, never reached) and
+  metrics, at ``--levels``;
 - ``ct2-bare``: the CTranslate2 server without keys and with ``--no-metrics``, at
   ``--overhead-levels`` (32): what key checking and metrics cost;
 - ``torch-unbatched`` (``--no-batching``) and ``torch-continuous`` (``--continuous``), at
@@ -168,7 +169,7 @@ def main() -> None:
                      "sentences": len(src), "split": args.split, "rounds": args.rounds}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         db = Path(tmp) / "keys.db"
-        keys = make_keys(db, N_KEYS)
+        keys = make_keys(db, N_KEYS, 100_000)  # a limit never reached: counted, not refused
         on = ["--api-keys", str(db), *extra]
         # name -> (engine, server options, levels, with keys)
         plan = {
