@@ -3,8 +3,9 @@
 The markup is parsed with lxml (``lxml.html``, libxml2's HTML parser: it reads real-world HTML,
 and entities come in as characters and go out escaped again). Nothing but text changes: every
 element keeps its tag and attributes, comments stay, and the content of ``<script>``,
-``<style>``, ``<noscript>``, ``<template>``, ``<textarea>``, ``<pre>``, ``<svg>``, ``<math>`` and
-of any element with ``translate="no"`` (or class ``notranslate``) is left as it is.
+``<style>``, ``<noscript>``, ``<template>``, ``<textarea>``, ``<pre>``, ``<svg>``, ``<math>``,
+``<iframe>``, ``<object>``, ``<head>`` (the title too) and of any element with
+``translate="no"`` (or class ``notranslate``) is left as it is.
 
 **Runs.** Text is translated a *run* at a time: the text of one block element (``<p>``,
 ``<li>``, ``<td>``, ...) up to its next block child, together with the inline elements inside it
