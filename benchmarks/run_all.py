@@ -34,6 +34,7 @@ BENCHMARKS = {
     "export_parity": (True, []),
     "profile_step": (True, []),
     "constrained": (True, []),
+    "termbase": (False, []),
     "engine_thread": (True, []),
     "serve_load": (True, []),
 }

@@ -7,7 +7,7 @@
   :func:`seq2seq.data.tokenizer.train_tokenizer` on :func:`synthetic_pairs` (a few hundred short
   sentences over a 40-word vocabulary; the target is the source itself: a copy task);
 - ``config.yaml``: the defaults with a tiny model (d_model 32, 2 heads, d_ff 64, one encoder
-  and one decoder layer, max_positions 64, dropout 0), plus ``cfg_overrides``
+  and one decoder layer, max_positions 64 with data.max_len 63, dropout 0), plus ``cfg_overrides``
   (``"model.n_decoder_layers=2"`` etc., applied like command-line overrides);
 - ``model.safetensors`` + ``manifest.json`` via :func:`seq2seq.model.directory.save_model_dir`.
 
@@ -64,6 +64,7 @@ TINY_OVERRIDES = (
     "model.n_decoder_layers=1",
     "model.dropout=0.0",
     "model.max_positions=64",
+    "data.max_len=63",  # a config that trains: max_len pieces + BOS or EOS fit max_positions
     "data.vocab_size=100",
     "data.corpus=files",
     "training.seed=0",

@@ -352,9 +352,9 @@ def test_sigkill_midway_leaves_no_complete_looking_output(model_dir: Path, tmp_p
     out = tmp_path / "big.out"
     partial = tmp_path / "big.out.partial"
     args = ["translate", str(model_dir), "-i", str(src), "-o", str(out), "--greedy"]
-    args += ["--max-len-b", "8"]  # --resume refuses other options than the first run's
+    args += ["--max-len-b", "8", "--buffer-lines", "20"]  # --resume refuses other options
     proc = subprocess.Popen(
-        _cli(*args, "--buffer-lines", "1"),
+        _cli(*args),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         env=_env(),

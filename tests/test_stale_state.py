@@ -94,7 +94,10 @@ def test_no_training_sentences_within_max_train_pairs(tmp_path):
         (data / f"train.{side}").write_text("\n" * 5 + "alpha beta\n" * 50, encoding="utf-8")
     with pytest.raises(UserError) as e:
         TranslationDataModule(_cfg(data, "data.max_train_pairs=5"), tmp_path / "run").prepare_data()
-    assert "(after filtering: their first 5 pairs, blank lines dropped)" in str(e.value)
+    assert str(e.value).endswith(
+        "no sentence pairs for the train split: its first 5 lines (data.max_train_pairs) are all "
+        "blank or have an empty side"
+    )
 
 
 def test_bad_utf8_in_sentencepiece_training_is_one_line(tmp_path):

@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 
 from seq2seq.cli import main
 from seq2seq.config.loading import dump_config, load_config
+from seq2seq.data.tokenizer import train_tokenizer
 from seq2seq.decode.translator import Translator
 from seq2seq.model.directory import load_model_dir, state_dict_for_saving
 from seq2seq.train.checkpointer import AtomicCheckpointIO
@@ -60,6 +61,7 @@ def overrides(data: Path, **training: object) -> list[str]:
         "model.n_encoder_layers=1",
         "model.n_decoder_layers=1",
         "model.max_positions=64",
+        "data.max_len=63",  # fits max_positions with BOS or EOS
         "model.dropout=0.1",
         "training.lr=0.01",
         "training.warmup_steps=10",
@@ -507,6 +509,8 @@ def test_resume_from_an_unsafe_checkpoint_is_a_clear_error(tmp_path, capsys):
     cfg = load_config(None, overrides(data, max_steps=5))
     run = tmp_path / "run"
     _fake_run(run, cfg)
+    # (a run that has a checkpoint has its SentencePiece model: --resume uses only that one)
+    train_tokenizer(data / "train.src", data / "train.tgt", run, vocab_size=cfg.data.vocab_size)
     torch.save({"state_dict": {}, "x": _Payload()}, run / "checkpoints" / "last.ckpt")
     assert main(["train", "--resume", str(run)]) == 2
     err = capsys.readouterr().err

@@ -297,6 +297,7 @@ def test_translate_stream_resumes_a_partial_output(trained_dir: Path, tmp_path: 
         stdout=io.BytesIO(),
         output=out,
         resume=True,
+        buffer_lines=2,  # the partial's two lines are one block
         warn=warnings.append,
     )
     assert n == 6

@@ -14,8 +14,8 @@ from factories import WORDS, make_model_dir, synthetic_pairs
 
 from seq2seq.core.errors import UserError
 from seq2seq.data.tokenizer import EOS_ID
-from seq2seq.decode.constraints import Terminology
 from seq2seq.decode.stream import LineConstraints
+from seq2seq.decode.terminology import Terminology
 from seq2seq.decode.translator import Translator
 
 

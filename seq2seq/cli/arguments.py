@@ -17,6 +17,7 @@ __all__ = [
     "add_command",
     "add_config_args",
     "add_search_args",
+    "checked_options",
     "search_overrides",
     "set_threads",
     "warner",
@@ -81,8 +82,26 @@ def add_search_args(p: argparse.ArgumentParser) -> None:
     )
 
 
+def checked_options(**options: object) -> dict:
+    """``options`` (search and batching options; None: unset), each given value checked now,
+    before a model loads, by the one check of those options
+    (:meth:`seq2seq.config.DecodingConfig.check_value`; the Python API and the server use the
+    same, so a bad value reads the same everywhere).
+
+    Raises:
+        UserError: a value out of its range (``seed must be <= 18446744073709551615, got ...``).
+    """
+    from seq2seq.config import DecodingConfig
+
+    for key, value in options.items():
+        if value is not None and key != "method":
+            DecodingConfig.check_value(key, value)
+    return options
+
+
 def search_overrides(args: argparse.Namespace) -> dict:
-    """The search options of :func:`add_search_args` as keyword arguments (None: unset)."""
+    """The search options of :func:`add_search_args` as keyword arguments (None: unset), each
+    checked (:func:`checked_options`)."""
     method = None
     if args.beam is not None:
         method = "beam"
@@ -90,7 +109,7 @@ def search_overrides(args: argparse.Namespace) -> dict:
         method = "greedy"
     elif args.sample:
         method = "sample"
-    return dict(
+    return checked_options(
         method=method,
         beam_size=args.beam,
         nbest=args.nbest,

@@ -55,9 +55,17 @@ def _run_prepare(args) -> int:
         args.pair,
         args.out,
         variant=args.variant,
-        splits=[s for s in args.splits.split(",") if s] if args.splits else None,
+        splits=_splits(args.splits),
         cache_dir=args.cache_dir,
         mirror=args.mirror,
         log=print,
     )
     return 0
+
+
+def _splits(value: str | None) -> list[str] | None:
+    """``--splits a,b``: the names, spaces and empty items dropped (None: not given); an
+    empty result (``--splits ,``) is refused by ``prepare_corpus``."""
+    if value is None:
+        return None
+    return [s.strip() for s in value.split(",") if s.strip()]

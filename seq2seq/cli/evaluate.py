@@ -74,6 +74,7 @@ def add_evaluate(sub) -> None:
 def _run_evaluate(args) -> int:
     from seq2seq.evaluate import evaluate
 
+    search = search_overrides(args)  # checked now, before anything loads
     set_threads(args.threads)
     check_device(args.device)
     check_paths(
@@ -97,7 +98,7 @@ def _run_evaluate(args) -> int:
         device=args.device,
         engine=args.engine,
         warn=warner("evaluate"),
-        **search_overrides(args),
+        **search,
     )
     print_evaluation(result)
     return 0

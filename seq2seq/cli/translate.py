@@ -9,6 +9,7 @@ import sys
 from seq2seq.cli.arguments import (
     add_command,
     add_search_args,
+    checked_options,
     search_overrides,
     set_threads,
     warner,
@@ -114,6 +115,7 @@ def _run_translate(args) -> int:
         translate_stream,
     )
 
+    search = search_overrides(args)  # checked now, before anything loads
     if args.resume and not args.output:
         raise UserError("--resume needs -o FILE")
     if args.buffer_lines < 1:
@@ -137,15 +139,14 @@ def _run_translate(args) -> int:
     reader = open_lines(args.input)
     if args.output:
         args.on_stop = f"{args.output}.partial holds the lines so far: rerun with --resume"
-    translator = Translator.load(
-        args.model_dir, device=args.device, engine=args.engine, **search_overrides(args)
-    )
+    translator = Translator.load(args.model_dir, device=args.device, engine=args.engine, **search)
     record = fingerprint(
         input_path=args.input,
         model_dir=args.model_dir,
         engine=args.engine,
         options={
             **dataclasses.asdict(translator.opts),
+            "buffer_lines": args.buffer_lines,  # batches are cut at its blocks of lines
             "output_format": args.output_format,
             "scores": args.scores,
             "alignments": args.alignments,
@@ -215,6 +216,7 @@ def _run_score(args) -> int:
     from seq2seq.core import atomic_open
     from seq2seq.decode import Scorer, score_files
 
+    checked_options(len_penalty=args.len_penalty, max_tokens=args.max_tokens)
     set_threads(args.threads)
     check_device(args.device)
     check_paths(

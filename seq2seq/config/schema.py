@@ -20,8 +20,10 @@ __all__ = [
     "DecodingConfig",
     "ExperimentConfig",
     "ExportConfig",
+    "INT_LIMIT",
     "METHODS",
     "ModelConfig",
+    "SEED_LIMIT",
     "TrainingConfig",
 ]
 
@@ -107,7 +109,8 @@ class DataConfig:
     spm_max_sentences: int = 2_000_000
     """Sentences sampled to train SentencePiece (enough for any vocabulary we use)."""
     max_len: int = 256
-    """Training pairs with more tokens than this on either side are dropped."""
+    """Training pairs with more pieces than this on either side are dropped; at most
+    ``model.max_positions - 1`` (checked when training starts)."""
     max_ratio: float = 3.0
     """Training pairs whose token-length ratio exceeds this are dropped."""
     max_tokens: int = 4096
@@ -310,6 +313,60 @@ class TrainingConfig:
 METHODS = ("beam", "greedy", "sample")
 """The search methods (seq2seq.decode.beam, greedy, sampling)."""
 
+INT_LIMIT = 2**31 - 1
+"""The largest count a search option may be (beam size, lengths, ``max_tokens``, ...): what a
+32-bit int holds, as CTranslate2's options and the search's index arithmetic need."""
+
+SEED_LIMIT = 2**64
+"""Seeds are in ``[0, SEED_LIMIT)``: the unsigned 64-bit range ``torch.Generator`` takes."""
+
+# Each numeric decoding field: ("int", lowest, highest) or ("float", rule).
+_DECODING_NUMBERS: dict[str, tuple] = {
+    "beam_size": ("int", 1, INT_LIMIT),
+    "nbest": ("int", 1, INT_LIMIT),
+    "min_len": ("int", 0, INT_LIMIT),
+    "max_len_b": ("int", 0, INT_LIMIT),
+    "no_repeat_ngram": ("int", 0, INT_LIMIT),
+    "top_k": ("int", 0, INT_LIMIT),
+    "seed": ("int", 0, SEED_LIMIT - 1),
+    "max_tokens": ("int", 1, INT_LIMIT),
+    "len_penalty": ("float", "finite"),
+    "max_len_a": ("float", "length"),
+    "unk_penalty": ("float", "penalty"),
+    "temperature": ("float", "positive"),
+    "top_p": ("float", "fraction"),
+}
+
+
+def _check_integer(key: str, value: Any, low: int, high: int) -> None:
+    # bool is an int subclass: True would silently be a beam of 1.
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidValue(key, f"must be an integer, got {value!r}")
+    if value < low:
+        raise InvalidValue(key, f"must be >= {low}, got {value}")
+    if value > high:
+        raise InvalidValue(key, f"must be <= {high}, got {value}")
+
+
+def _check_float(key: str, value: Any, rule: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidValue(key, f"must be a number, got {value!r}")
+    if rule == "penalty":  # +inf is fine: never generate the unknown token
+        if math.isnan(value) or value == -math.inf:
+            raise InvalidValue(key, f"must be a number or inf, got {value}")
+        return
+    if not math.isfinite(value):
+        raise InvalidValue(key, f"must be a finite number, got {value}")
+    if rule == "length":
+        if not value >= 0:
+            raise InvalidValue(key, f"must be >= 0, got {value}")
+        if value > INT_LIMIT:  # max_len_a * src_len must stay an int
+            raise InvalidValue(key, f"must be <= {INT_LIMIT}, got {value}")
+    elif rule == "positive" and not value > 0:
+        raise InvalidValue(key, f"must be > 0, got {value}")
+    elif rule == "fraction" and not 0.0 < value <= 1.0:
+        raise InvalidValue(key, f"must be in (0, 1], got {value}")
+
 
 @dataclass(frozen=True)
 class DecodingConfig:
@@ -329,8 +386,34 @@ class DecodingConfig:
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    """Sampling seed, in ``[0, 2**64)`` (the ctranslate2 engine takes seeds below ``2**32``)."""
     max_tokens: int = 4096
     """Source tokens per translation batch."""
+
+    @staticmethod
+    def check_value(key: str, value: Any, prefix: str = "") -> None:
+        """Refuse one search or batching option's value, alone: the per-value half of
+        :meth:`validate`, for callers that take a single option (``seq2seq score``'s
+        ``len_penalty`` and ``max_tokens``, the command line before a model loads).
+
+        Integers must be ints (not bools) in their range (counts up to :data:`INT_LIMIT`,
+        seeds in ``[0, 2**64)``); floats must be numbers (not bools), finite (``unk_penalty``
+        may be +inf) and in their range.
+
+        Args:
+            key: the field of :class:`DecodingConfig`.
+            value: its value.
+            prefix: put before ``key`` in the message (``decoding.`` in a config).
+
+        Raises:
+            InvalidValue: the value, naming ``prefix + key``.
+            KeyError: ``key`` is not a numeric decoding option (a caller's bug).
+        """
+        kind, *rule = _DECODING_NUMBERS[key]
+        if kind == "int":
+            _check_integer(prefix + key, value, *rule)
+        else:
+            _check_float(prefix + key, value, *rule)
 
     def validate(self, prefix: str = "decoding.", *, search: bool = False) -> None:
         """Refuse search values that cannot work or would give garbage (a negative length
@@ -339,7 +422,7 @@ class DecodingConfig:
         The one check of the search and batching options: config loading, the search options
         of the Python API, the command line and the server
         (:class:`seq2seq.decode.options.SearchOptions`, a subclass) and the search functions
-        themselves all call it.
+        themselves all call it. Each value is checked by :meth:`check_value`.
 
         Args:
             prefix: put before each key in the messages: ``decoding.`` for the config's
@@ -357,24 +440,16 @@ class DecodingConfig:
             raise UserError(
                 f"unknown decoding method {self.method!r}; expected one of {', '.join(METHODS)}"
             )
+        if not isinstance(self.method, str):
+            raise InvalidValue(prefix + "method", f"must be a string, got {self.method!r}")
         _choice(prefix, "method", self.method, METHODS)
-        _at_least(prefix, self, 1, "beam_size", "nbest", "max_tokens")
-        _at_least(prefix, self, 0, "min_len", "max_len_a", "max_len_b", "no_repeat_ngram", "top_k")
+        for key in _DECODING_NUMBERS:
+            self.check_value(key, getattr(self, key), prefix)
         if self.max_len_a == 0 and self.max_len_b == 0:
             raise InvalidValue(
                 prefix + "max_len_b",
                 f"and {prefix}max_len_a are both 0: every translation would be empty",
             )
-        if not math.isfinite(self.len_penalty):
-            raise InvalidValue(
-                prefix + "len_penalty", f"must be a finite number, got {self.len_penalty}"
-            )
-        if math.isnan(self.unk_penalty):  # inf is fine: never generate the unknown token
-            raise InvalidValue(prefix + "unk_penalty", "must be a number (or inf), got nan")
-        if not (0.0 < self.temperature and math.isfinite(self.temperature)):
-            raise InvalidValue(prefix + "temperature", f"must be > 0, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise InvalidValue(prefix + "top_p", f"must be in (0, 1], got {self.top_p}")
         if not search:
             return
         if self.method == "greedy" and self.nbest > 1:
@@ -417,3 +492,23 @@ class ExperimentConfig:
         """Validate every section (:class:`InvalidValue` naming the first bad key)."""
         for section in (self.data, self.model, self.training, self.decoding, self.export):
             section.validate()
+
+    def validate_training(self) -> None:
+        """The rule across sections that a config must pass to train (not to load a model).
+
+        A pair of ``data.max_len`` pieces takes ``data.max_len + 1`` positions (the source
+        with its EOS, the target input with its BOS), which must fit ``model.max_positions``:
+        a longer pair would overflow the position table in the middle of the run. A trained
+        model's config is not held to it, so model directories written before it still load.
+
+        Raises:
+            InvalidValue: ``data.max_len`` too large for ``model.max_positions``.
+        """
+        fits = self.model.max_positions - 1
+        if self.data.max_len > fits:
+            raise InvalidValue(
+                "data.max_len",
+                f"is {self.data.max_len}, but model.max_positions {self.model.max_positions} "
+                f"holds at most {fits} pieces plus BOS or EOS: set data.max_len to {fits} or "
+                "less, or raise model.max_positions",
+            )

@@ -9,6 +9,11 @@ prints one line: what was stopped and how to continue (``--resume``).
 - :func:`raise_on_sigterm` makes SIGTERM raise :class:`Stopped` in the main thread, the way
   SIGINT raises KeyboardInterrupt, so ``finally`` blocks run (a ``translate -o FILE`` keeps its
   ``FILE.partial``) and the CLI prints its line.
+- :class:`Stopped` is a ``BaseException``, as KeyboardInterrupt is, not an ``Exception``: the
+  signal lands wherever the main thread happens to be, and code that catches ``Exception`` to
+  report a failure of its own (torch's ``load_state_dict`` turns any ``Exception`` raised while
+  it copies a tensor into a "size mismatch" error; a checkpoint reader turns it into "not a
+  readable checkpoint") must let a stop through, so that it is reported as the signal.
 - Once Lightning trains, it owns both signals (:func:`defer_sigterm` silences ours): it
   finishes the current batch on SIGTERM and raises its ``SIGTERMException`` (a ``SystemExit``
   with status 0), and on Ctrl-C calls ``sys.exit(1)``. Before that (preparing the data,
@@ -40,8 +45,10 @@ def exit_status(signum: int) -> int:
     return 128 + int(signum)
 
 
-class Stopped(Exception):
+class Stopped(BaseException):
     """A command stopped by a signal; ``str()`` is the line to print (what, and how to continue).
+
+    A ``BaseException`` (see the module docstring): ``except Exception`` does not catch it.
 
     Attributes:
         signum: the signal (``signal.SIGINT`` or ``signal.SIGTERM``).

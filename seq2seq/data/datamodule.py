@@ -40,7 +40,7 @@ from seq2seq.data.parallel import check_parallel, iter_parallel, read_parallel, 
 from seq2seq.data.prepare import prepare_corpus
 from seq2seq.data.registry import parse_pair
 from seq2seq.data.store import TokenStore, build_store
-from seq2seq.data.tokenizer import Tokenizer, ensure_tokenizer
+from seq2seq.data.tokenizer import Tokenizer, ensure_tokenizer, model_files
 
 __all__ = ["PREPARE_LOCK", "TranslationDataModule"]
 
@@ -72,6 +72,7 @@ class TranslationDataModule(pl.LightningDataModule):
         *,
         mirror: str | Path | None = None,
         cache_dir: str | Path | None = None,
+        resume: bool = False,
     ) -> None:
         """Set up paths only; nothing is read or written before :meth:`prepare_data`.
 
@@ -80,9 +81,13 @@ class TranslationDataModule(pl.LightningDataModule):
             work_dir: The experiment directory.
             mirror: Offline corpus mirror (default ``$SEQ2SEQ_MIRROR``; see seq2seq.data.download).
             cache_dir: Download cache (default ``$SEQ2SEQ_CACHE`` or ``~/.cache/seq2seq``).
+            resume: A resumed run: the SentencePiece model(s) in ``work_dir`` are the run's,
+                used as they are (missing ones are an error); ``data.spm_model`` (where the new
+                run copied them from, such as a fine-tuned run's parent) is not read again.
         """
         super().__init__()
         self.cfg = cfg
+        self.resume = resume
         self.work_dir = Path(work_dir)
         self.data_dir = self.work_dir / "data"
         self.mirror = Path(mirror) if mirror is not None else None
@@ -143,7 +148,7 @@ class TranslationDataModule(pl.LightningDataModule):
                 tsv = self._tsv(split)
                 paths = [tsv] if tsv is not None else list(self.split_files(split))
                 found += [(f"data.{key} file", path) for path in paths]
-        if d.spm_model is not None and not Path(d.spm_model).is_dir():
+        if d.spm_model is not None and not self.resume and not Path(d.spm_model).is_dir():
             found.append(("data.spm_model", Path(d.spm_model)))
         return found
 
@@ -194,6 +199,8 @@ class TranslationDataModule(pl.LightningDataModule):
     def _prepare(self) -> None:
         d = self.cfg.data
         self._fetch([d.train_split, d.valid_split])
+        self._check_has_pairs(d.train_split, d.max_train_pairs)
+        self._check_has_pairs(d.valid_split, d.max_valid_pairs)
         train_src, train_tgt = self.split_files(d.train_split)
         valid_src, valid_tgt = self.split_files(d.valid_split)
         tokenizer = self._tokenizer(train_src, train_tgt)
@@ -218,15 +225,53 @@ class TranslationDataModule(pl.LightningDataModule):
             tokenizer,
             split=d.valid_split,
             train=False,
+            # dropped as too long, as in training: a pair the model's positions cannot hold
+            # (all others stay, so that validation scores stay comparable)
+            cleaning=CleaningRules(max_len=self.cfg.model.max_positions - 1),
             limit=d.max_valid_pairs,
             log=_stderr,
+        )
+
+    def _check_has_pairs(self, split: str, limit: int) -> None:
+        """Refuse a split without one sentence pair before any work (SentencePiece, stores),
+        naming the user's own file: the TSV, not the text files made from it."""
+        src, tgt = self.split_files(split)
+        for _ in iter_parallel(src, tgt, limit=limit):
+            return
+        n = check_parallel(src, tgt)
+        tsv = self._tsv(split) if self.cfg.data.corpus == "files" else None
+        where = str(tsv) if tsv is not None else f"{src}, {tgt}"
+        if n == 0:
+            empty = "the file is empty" if tsv is not None else "both files are empty"
+            raise UserError(f"{where}: no sentence pairs for the {split} split: {empty}")
+        if limit and limit < n:
+            key = "max_train_pairs" if split == self.cfg.data.train_split else "max_valid_pairs"
+            lines = "its first line" if limit == 1 else f"its first {limit} lines"
+            lines += f" (data.{key})"
+        else:
+            lines = "line 1" if n == 1 else f"lines 1-{n}"
+        what = "is blank or has" if min(n, limit or n) == 1 else "are all blank or have"
+        raise UserError(
+            f"{where}: no sentence pairs for the {split} split: {lines} {what} an empty side"
         )
 
     def _tokenizer(self, train_src: Path, train_tgt: Path) -> Tokenizer:
         """SentencePiece on the training split only (its first ``max_train_pairs`` pairs), or
         the model already in ``work_dir`` when it was trained the same way, or ``data.spm_model``
-        (:func:`seq2seq.data.tokenizer.ensure_tokenizer`)."""
+        (:func:`seq2seq.data.tokenizer.ensure_tokenizer`); a resumed run's own model as it is."""
         d = self.cfg.data
+        if self.resume:
+            # The model the run has trained with, even if data.spm_model now names another
+            # file or none: a run directory depends on nothing outside it.
+            missing = [
+                p for p in model_files(self.work_dir, joint=d.joint_vocab) if not p.is_file()
+            ]
+            if missing:
+                raise UserError(
+                    f"{missing[0]} is missing: --resume continues with the run's own "
+                    "SentencePiece model, which its checkpoints were trained with"
+                )
+            return Tokenizer.load(self.work_dir, joint=d.joint_vocab)
         options = {
             "model_type": d.spm_type,
             "vocab_size": d.vocab_size,
@@ -246,17 +291,10 @@ class TranslationDataModule(pl.LightningDataModule):
             with (
                 open(src_path, "w", encoding="utf-8") as fs,
                 open(tgt_path, "w", encoding="utf-8") as ft,
-            ):
-                kept = 0
+            ):  # (at least one pair: _check_has_pairs)
                 for _, src, tgt in iter_parallel(train_src, train_tgt, limit=d.max_train_pairs):
                     fs.write(src + "\n")
                     ft.write(tgt + "\n")
-                    kept += bool(src.strip() or tgt.strip())
-            if not kept:
-                raise UserError(
-                    f"no training sentences left in {train_src}, {train_tgt} (after filtering: "
-                    f"their first {d.max_train_pairs} pairs, blank lines dropped)"
-                )
             return ensure_tokenizer(
                 self.work_dir, src_path, tgt_path, spm_model=d.spm_model, **options
             )
@@ -294,11 +332,14 @@ class TranslationDataModule(pl.LightningDataModule):
             self.valid_store = self._open_store("valid", fingerprint)
             valid_src, valid_tgt = self.split_files(d.valid_split)
             text = read_parallel(valid_src, valid_tgt, limit=d.max_valid_pairs, split=d.valid_split)
-            if text.lines != self.valid_store.lines.tolist():
+            at = {line: i for i, line in enumerate(text.lines)}
+            kept = [at.get(line) for line in self.valid_store.lines.tolist()]
+            if None in kept:  # (the store may drop over-long pairs, never hold others)
                 raise UserError(
                     f"{self.valid_store.path} does not match {valid_src}; run prepare_data again"
                 )
-            self.valid_src_text, self.valid_ref_text = text.src, text.tgt
+            self.valid_src_text = [text.src[i] for i in kept]
+            self.valid_ref_text = [text.tgt[i] for i in kept]
             self.valid_sampler = TokenBucketSampler(
                 self.valid_store.src_lens + 1,
                 self.valid_store.tgt_lens + 2,

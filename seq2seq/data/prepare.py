@@ -124,7 +124,8 @@ def prepare_corpus(
         ``split -> (source file, target file)`` for the splits asked for, in registry order.
 
     Raises:
-        UserError: Unknown corpus, pair, variant or split; a requested split not available
+        UserError: Unknown corpus, pair, variant or split; an empty list of splits; a
+            requested split not available
             (:class:`~seq2seq.data.download.NotAvailableError`); a checksum mismatch
             (:class:`~seq2seq.data.download.ChecksumError`); the two sides of a split with
             different line counts.
@@ -139,6 +140,11 @@ def prepare_corpus(
     if variant not in corpus.variants:
         raise UserError(
             f"{corpus.name} has no variant {variant!r} (variants: {', '.join(corpus.variants)})"
+        )
+    if splits is not None and not splits:  # (`--splits ,`): never a silent no-op
+        raise UserError(
+            f"no {corpus.name} split named: give one or more of {', '.join(corpus.splits)} "
+            "(or no list at all for every available split)"
         )
     if splits is not None:
         for split in splits:

@@ -2,7 +2,8 @@
 
 :func:`build_store` reads a split (:func:`seq2seq.data.parallel.iter_parallel`), sends training
 pairs through the cleaning stage (:mod:`seq2seq.data.cleaning`: duplicates, language id, more
-than ``max_len`` pieces, a length ratio above ``max_ratio``; evaluation splits never are) and
+than ``max_len`` pieces, a length ratio above ``max_ratio``; a validation split only loses
+the pairs the model's positions could not hold) and
 streams the ids, a chunk at a time, into a :class:`TokenStore` directory. Each split's counts,
 per rule, are reported in one line and kept in the store's header.
 """
@@ -100,11 +101,13 @@ def build_store(
         tokenizer: Encodes both sides.
         split: Name for the report line.
         train: Clean (training data only; evaluation data keeps every non-empty pair so that
-            scores are comparable).
+            scores are comparable, except what ``cleaning`` drops when given).
         max_len: With ``train`` and no ``cleaning``: most pieces a side may have (BOS/EOS not
             counted).
         max_ratio: With ``train`` and no ``cleaning``: largest allowed ``max(len) / min(len)``.
         cleaning: With ``train``: the full rules (default: ``max_len`` and ``max_ratio`` only).
+            Without: the piece-count rules for an evaluation split (a validation split drops
+            what the model's positions cannot hold); default none.
         langs: ``(source, target)`` language codes, for the language-id rule.
         limit: Use only the first ``limit`` lines (0 = all).
         chunk_size: Pairs encoded at a time.
@@ -116,11 +119,11 @@ def build_store(
     Raises:
         UserError: The text is invalid (see :func:`iter_parallel`) or no pair is left.
     """
-    rules = (
-        (cleaning or CleaningRules(max_len=max_len, max_ratio=max_ratio))
-        if train
-        else CleaningRules()
-    )
+    if train:
+        rules = cleaning or CleaningRules(max_len=max_len, max_ratio=max_ratio)
+    else:
+        rules = cleaning or CleaningRules()
+    count_rules = train or rules.max_len is not None or rules.max_ratio is not None
     path, src_file, tgt_file = Path(path), Path(src_file), Path(tgt_file)
     key = {
         "format": STORE_FORMAT,
@@ -166,7 +169,7 @@ def build_store(
                 side: np.fromiter(map(len, encoded[side]), np.int64, len(line_nos))
                 for side in ("src", "tgt")
             }
-            if train:
+            if count_rules:
                 keep = cleaner.keep_pieces_array(lens["src"], lens["tgt"])
             else:
                 keep = np.ones(len(line_nos), bool)

@@ -287,9 +287,10 @@ def ensure_tokenizer(
         if have:
             for mine, theirs in zip(existing, given):
                 if sha256_file(mine) != sha256_file(theirs):
+                    # never advise deleting it: it may belong to a finished model
                     raise UserError(
-                        f"{mine} is not the SentencePiece model data.spm_model names ({theirs}); "
-                        "remove it, or use a new --out directory"
+                        f"{mine} is not the SentencePiece model data.spm_model names ({theirs}): "
+                        f"{out_dir} holds another tokenizer; use a new --out directory"
                     )
         else:
             out_dir.mkdir(parents=True, exist_ok=True)
@@ -308,9 +309,9 @@ def ensure_tokenizer(
             diffs = _differences(path, wanted)
             if diffs:
                 raise UserError(
-                    f"{path} already exists and was trained with {'; '.join(diffs)}: remove it "
-                    "(or use a new --out directory) to train a new one, or set data.spm_model to "
-                    "reuse a SentencePiece model on purpose"
+                    f"{path} already exists and was trained with {'; '.join(diffs)}: use a new "
+                    "--out directory to train a new one, or set data.spm_model to reuse a "
+                    "SentencePiece model on purpose"
                 )
         return Tokenizer.load(out_dir, joint=joint)
     return train_tokenizer(src_file, tgt_file, out_dir, **options)

@@ -13,7 +13,7 @@ _HOMES = {
     "LineConstraints": "stream",
     "Scorer": "scoring",
     "SearchOptions": "options",
-    "Terminology": "constraints",
+    "Terminology": "terminology",
     "TorchEngine": "torch_engine",
     "Translation": "translator",
     "Translator": "translator",

@@ -1,12 +1,11 @@
-"""Constrained decoding: forced target prefixes, positive lexical constraints, avoid lists,
-terminology.
+"""Constrained decoding: forced target prefixes, positive lexical constraints, avoid lists.
 
 Two levels:
 
 - :class:`Constraints`: what one sentence asks for, in target token ids: a ``prefix`` the
   output starts with, ``include`` phrases that must appear (``ordered`` or not) and ``avoid``
-  phrases that must never appear. :class:`Terminology` turns source terms found in a source
-  sentence into ``include`` phrases (text level; the Translator encodes them).
+  phrases that must never appear. (A termbase, seq2seq.decode.terminology, turns source terms
+  found in a source sentence into ``include`` phrases: text level; the Translator encodes them.)
 - :class:`ConstraintState`: the same for every hypothesis (row) of a search, as tensors, which
   the searches (seq2seq.decode.beam, greedy, sampling) advance with each chosen token and
   reorder with the beams. The search
@@ -26,10 +25,8 @@ phrases met plus the longest partial match of a phrase not yet met.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -41,7 +38,6 @@ __all__ = [
     "ConstraintState",
     "Constraints",
     "StepRules",
-    "Terminology",
     "allocate",
 ]
 
@@ -96,34 +92,57 @@ class Constraints:
         reserve = len(self.include) if (bans or self.avoid) else 0
         return self.min_len + reserve
 
-    def check(self, *, special: Sequence[int], no_repeat_ngram: int = 0) -> None:
+    def check(
+        self,
+        *,
+        special: Sequence[int],
+        no_repeat_ngram: int = 0,
+        names: Mapping[tuple[int, ...], str] | None = None,
+    ) -> None:
         """Raise a one-line UserError for constraints no output can meet.
 
-        ``special``: ids never generated (pad, BOS, EOS). A phrase that repeats an n-gram
-        cannot be met under ``no_repeat_ngram`` = n.
+        Args:
+            special: ids never generated (pad, BOS, EOS).
+            no_repeat_ngram: a phrase that repeats an n-gram cannot be met under
+                ``no_repeat_ngram`` = n.
+            names: how the errors name a phrase (the prefix, a constraint, an avoided phrase),
+                by its ids: the user's text (``'red ball'``), and where it came from when that
+                was not the sentence's own line. Without a name, a phrase is shown as its ids.
+
+        Raises:
+            UserError: an empty phrase, a phrase with a special token, a prefix or constraint
+                that contains an avoided phrase, or one that repeats an n-gram.
         """
+
+        def name(p: tuple[int, ...]) -> str:
+            return names[p] if names is not None and p in names else str(list(p))
+
         bad = set(special)
         for kind, phrases in (("constraint", self.include), ("avoided phrase", self.avoid)):
             for p in phrases:
                 if not p:
-                    raise UserError(f"an empty {kind} (it has no SentencePiece piece)")
+                    shown = f" {names[p]}" if names is not None and p in names else ""
+                    raise UserError(f"an empty {kind}{shown} (it has no SentencePiece piece)")
                 if bad & set(p):
-                    raise UserError(f"{kind} {list(p)} holds a special token")
+                    raise UserError(f"{kind} {name(p)} holds a special token")
         if bad & set(self.prefix):
-            raise UserError(f"the prefix {list(self.prefix)} holds a special token")
+            raise UserError(f"the prefix {name(self.prefix)} holds a special token")
         for a in self.avoid:
             if _contains(self.prefix, a):
-                raise UserError(f"the prefix contains the avoided phrase {list(a)}")
+                raise UserError(
+                    f"the prefix {name(self.prefix)} contains the avoided phrase {name(a)}"
+                )
             for p in self.include:
                 if _contains(p, a):
-                    raise UserError(f"constraint {list(p)} contains the avoided phrase {list(a)}")
+                    raise UserError(f"constraint {name(p)} contains the avoided phrase {name(a)}")
         if no_repeat_ngram > 0:
             n = no_repeat_ngram
-            for p in (self.prefix, *self.include):
+            kinds = [("the prefix", self.prefix)] + [("constraint", p) for p in self.include]
+            for kind, p in kinds:
                 grams = [tuple(p[i : i + n]) for i in range(len(p) - n + 1)]
                 if len(set(grams)) < len(grams):
                     raise UserError(
-                        f"{list(p)} repeats a {n}-gram, which no_repeat_ngram={n} forbids"
+                        f"{kind} {name(p)} repeats a {n}-gram, which no_repeat_ngram={n} forbids"
                     )
 
     @property
@@ -443,67 +462,3 @@ def allocate(
     key = key.masked_fill(~c.isfinite(), torch.iinfo(torch.long).max)
     sel = key.argsort(dim=1, stable=True)[:, :n_out]
     return order.gather(1, sel)
-
-
-# ---------------------------------------------------------------------------------------------
-# Terminology: source term -> target term
-
-
-class Terminology:
-    """Source terms and their target terms, from a two-column TSV file.
-
-    A sentence that contains a source term (case-sensitive, as whole words: not inside a
-    longer word) gets the target term as a constraint. Where matches overlap, the longest
-    source term wins ("New York City" over "York").
-    """
-
-    def __init__(self, entries: Sequence[tuple[str, str]]) -> None:
-        self.entries = list(entries)
-        # Longest source terms first, so that alternation prefers them.
-        ordered = sorted(dict(self.entries).items(), key=lambda kv: -len(kv[0]))
-        self.targets = dict(ordered)
-        self._pattern = (
-            re.compile(r"(?<!\w)(?:" + "|".join(re.escape(s) for s, _ in ordered) + r")(?!\w)")
-            if ordered
-            else None
-        )
-
-    @classmethod
-    def load(cls, path: str | Path) -> Terminology:
-        """Read ``SOURCE<TAB>TARGET`` lines (empty lines and ``#`` comments skipped).
-
-        Raises:
-            UserError: a missing file, bad UTF-8, or a line without exactly two non-empty
-                fields (naming the file and line).
-        """
-        path = Path(path)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise UserError(f"terminology file not found: {path}") from None
-        except OSError as e:
-            raise UserError(f"cannot read {path}: {e.strerror}") from None
-        entries = []
-        for no, raw in enumerate(data.split(b"\n"), start=1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r")
-            except UnicodeDecodeError:
-                raise UserError(f"{path}:{no}: invalid UTF-8") from None
-            if no == 1:
-                line = line.lstrip("\ufeff")
-            if not line.strip() or line.startswith("#"):
-                continue
-            fields = line.split("\t")
-            if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
-                raise UserError(
-                    f"{path}:{no}: expected SOURCE<TAB>TARGET, got {len(fields)} field(s)"
-                )
-            entries.append((fields[0].strip(), fields[1].strip()))
-        return cls(entries)
-
-    def targets_for(self, source: str) -> list[str]:
-        """The target terms of the source terms found in ``source``, in source order."""
-        if self._pattern is None:
-            return []
-        found = [self.targets[m.group(0)] for m in self._pattern.finditer(source)]
-        return list(dict.fromkeys(found))

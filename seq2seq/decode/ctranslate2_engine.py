@@ -24,6 +24,9 @@ the random streams differ from torch's). Differences:
   start token in the n-grams (fairseq's rule), which CTranslate2 may not.
 - ``unk_penalty``: only 0 (off) or ``inf`` (never produce unk, CTranslate2's ``disable_unk``).
 - The pad token is suppressed, as in seq2seq's search.
+- Attention (``--alignments``) with beam search: CTranslate2's batched beam search returns a
+  wrong attention row for each sentence's first target token, so then every sentence is its
+  own sub-batch (``max_batch_size=1``): the torch engine's alignments, less batching.
 - Constrained decoding: a prefix is ``target_prefix`` (CTranslate2's score then divides the
   continuation's log-probs by the whole length, prefix included; ``exact_scores`` gives
   seq2seq's, the continuation's own), avoided phrases are ``suppress_sequences``; positive
@@ -191,6 +194,8 @@ class CTranslate2Engine:
         if opts.method == "sample":
             import ctranslate2
 
+            if opts.seed >= 2**32:  # its set_random_seed takes an unsigned 32-bit int
+                raise UserError(f"the ctranslate2 engine takes seeds below 2**32, got {opts.seed}")
             ctranslate2.set_random_seed(opts.seed)
         return with_sampled_nbest(
             lambda rows, cons: self._translate(rows, opts, cons, attention), src, opts, constraints
@@ -285,10 +290,18 @@ class CTranslate2Engine:
         """translate_batch of the sentences ``idx`` with at most ``limit`` tokens (EOS counted)."""
         if prefixes is not None:
             kwargs = dict(kwargs, target_prefix=[prefixes[i] for i in idx])
+        sub_batch = self.sub_batch
+        if kwargs["return_attention"] and kwargs["beam_size"] > 1:
+            # CTranslate2's beam search (translate_batch, 4.x) returns a wrong attention row
+            # for the first target token of a sentence decoded in a batch with others (the
+            # later rows are right, and so is every row of a sentence decoded alone): the
+            # first word's alignment would depend on the batch. Sub-batches of one sentence
+            # give each sentence its own attention, and still spread over the workers.
+            sub_batch = 1
         results = self.translator.translate_batch(
             [tokens[i] for i in idx],
             max_decoding_length=limit - 1,
-            max_batch_size=self.sub_batch,
+            max_batch_size=sub_batch,
             **kwargs,
         )
         return {

@@ -32,7 +32,7 @@ from typing import TextIO
 import torch
 from torch import Tensor
 
-from seq2seq.config import ExperimentConfig
+from seq2seq.config import DecodingConfig, ExperimentConfig
 from seq2seq.core import UserError
 from seq2seq.decode.batching import batch_by_tokens
 from seq2seq.decode.ensemble import check_same_vocabularies, combine_log_probs
@@ -67,6 +67,10 @@ class Scorer:
         device: where the batches go.
         max_tokens: padded tokens per batch (source or target, whichever is longer).
         cfg: the (first) model's experiment config, when known (its decoding defaults).
+
+    ``max_tokens`` and each ``len_penalty`` go through the one check of the search and
+    batching options (:meth:`seq2seq.config.DecodingConfig.check_value`): a bad value is the
+    same :class:`~seq2seq.config.errors.InvalidValue` as for ``translate``.
     """
 
     def __init__(
@@ -82,8 +86,7 @@ class Scorer:
 
         if not models:
             raise ValueError("give at least one model")
-        if max_tokens < 1:
-            raise UserError(f"max_tokens must be >= 1, got {max_tokens}")
+        DecodingConfig.check_value("max_tokens", max_tokens)
         self.models = list(models)
         self.tokenizer = tokenizer
         self.device = torch.device(device)
@@ -102,9 +105,13 @@ class Scorer:
     ) -> Scorer:
         """Load one model directory, or several (an ensemble; they must share vocabularies).
 
-        ``max_tokens`` defaults to the first model's ``decoding.max_tokens``.
+        ``max_tokens`` (None: the first model's ``decoding.max_tokens``) is checked before
+        anything loads.
         """
         from seq2seq.model import load_model_dir
+
+        if max_tokens is not None:
+            DecodingConfig.check_value("max_tokens", max_tokens)
 
         dirs = [model_dirs] if isinstance(model_dirs, (str, os.PathLike)) else list(model_dirs)
         if not dirs:
@@ -115,7 +122,7 @@ class Scorer:
             [x.model for x in loaded],
             loaded[0].tokenizer,
             device=device,
-            max_tokens=max_tokens or loaded[0].cfg.decoding.max_tokens,
+            max_tokens=loaded[0].cfg.decoding.max_tokens if max_tokens is None else max_tokens,
             cfg=loaded[0].cfg,
         )
 
@@ -162,7 +169,12 @@ class Scorer:
     def score_ids(
         self, src: list[list[int]], tgt: list[list[int]], *, len_penalty: float = 1.0
     ) -> list[PairScore]:
-        """:class:`PairScore` of each pair of id lists (see :meth:`token_log_probs`)."""
+        """:class:`PairScore` of each pair of id lists (see :meth:`token_log_probs`).
+
+        Raises:
+            InvalidValue: ``len_penalty`` is not a finite number.
+        """
+        DecodingConfig.check_value("len_penalty", len_penalty)
         scores = []
         for lps in self.token_log_probs(src, tgt):
             total = float(sum(lps))
@@ -255,7 +267,7 @@ def score_files(
     """Score the aligned files ``src_path``/``tgt_path``; one line per pair to ``out``.
 
     Both files are read and encoded before anything is scored, so bad input (line counts,
-    UTF-8, an over-long target) fails before any output.
+    UTF-8, an over-long target, two empty files) fails before any output.
 
     Returns:
         :func:`corpus_summary` of all pairs.
@@ -264,7 +276,10 @@ def score_files(
         raise UserError(
             f"unknown output format {output_format!r}; expected one of {', '.join(OUTPUT_FORMATS)}"
         )
+    DecodingConfig.check_value("len_penalty", len_penalty)
     src_text, tgt_text = read_lines(src_path), read_lines(tgt_path)
+    if not src_text and not tgt_text:  # a perplexity of no tokens would be nan
+        raise UserError(f"{src_path} and {tgt_path} are empty: no sentence pairs to score")
 
     def on_truncated(line: int, n: int) -> None:
         if warn is not None:

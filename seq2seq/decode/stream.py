@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seq2seq.core import UserError
-from seq2seq.decode.constraints import Terminology
 from seq2seq.decode.lines import LineReader
+from seq2seq.decode.terminology import Terminology
 from seq2seq.decode.translator import Translator
 
 __all__ = ["LineConstraints", "translate_stream"]
@@ -90,7 +90,8 @@ def _resume_point(partial: Path, nbest: int) -> int:
     """Input lines already translated in ``partial``; cut it back to exactly those lines.
 
     A kill can leave a half-written last line (dropped here); with n-best output the last
-    input's entries may be incomplete, so its lines are dropped too.
+    input's entries are kept only if all ``nbest`` of them are there (an input never has more,
+    and all of a chunk's lines are written at once).
     """
     data = partial.read_bytes()
     data = data[: data.rfind(b"\n") + 1]  # complete lines only
@@ -104,8 +105,11 @@ def _resume_point(partial: Path, nbest: int) -> int:
                 "cannot resume it with --nbest"
             ) from None
         last = numbers[-1]
-        lines = [ln for ln, n in zip(lines, numbers) if n < last]
-        done = last - 1
+        if numbers.count(last) == nbest:
+            done = last
+        else:
+            lines = [ln for ln, n in zip(lines, numbers) if n < last]
+            done = last - 1
     else:
         done = len(lines)
     with open(partial, "wb") as f:
@@ -133,6 +137,11 @@ def translate_stream(
     ``OUTPUT.partial``, flushed after each chunk and renamed to ``output`` only once the whole
     input is translated: an interrupted run never leaves a complete-looking ``output``. With
     ``resume``, the lines already in ``OUTPUT.partial`` are kept and their input lines skipped.
+
+    Lines are translated in blocks of ``buffer_lines`` (lines 1 to N, N + 1 to 2N, ...), each
+    block's lines batched the same way whatever came before, so a resumed run, which starts
+    at the beginning of the block it resumes in, gives the uninterrupted run's bytes (a run
+    resumed with another ``buffer_lines`` batches differently).
 
     N-best output (``nbest`` > 1): ``LINE ||| TEXT ||| SCORE`` lines, ``nbest`` per input line,
     best first, LINE the 1-based input line number, SCORE the normalized log-probability.
@@ -164,13 +173,25 @@ def translate_stream(
         out = open(partial, "ab" if resume else "wb")  # noqa: SIM115 (closed below)
     else:
         out = stdout
+    # Batches are a function of line numbers: the input is cut into blocks of buffer_lines
+    # lines (a chunk never crosses a block's end), and the token-bucket batching within a chunk
+    # is deterministic. A resumed run translates the block it resumes in from its first line,
+    # as the uninterrupted run did, and writes only the lines the partial output lacks: the
+    # constrained search's rounding depends on a sentence's batch, so the output is then
+    # byte-identical. (Lines that arrive slower than they are translated, typed or piped,
+    # are translated as they come, so their chunks within a block depend on timing.)
+    block = buffer_lines
     try:
-        while skip > 0 and (done := reader.read_chunk(min(skip, buffer_lines))):
-            skip -= len(done)
-        while chunk := reader.read_chunk(buffer_lines):
+        start = skip - skip % block  # the lines before the block that holds line skip + 1
+        while reader.line_no < start and reader.read_chunk(min(start - reader.line_no, block)):
+            pass
+        while chunk := reader.read_chunk(block - reader.line_no % block):
             first = reader.line_no - len(chunk) + 1
+            kept = max(0, skip - (first - 1))  # this chunk's lines already in the partial
 
-            def on_truncated(i: int, n: int, first: int = first) -> None:
+            def on_truncated(i: int, n: int, first: int = first, kept: int = kept) -> None:
+                if i <= kept:  # said when the partial output's run translated it
+                    return
                 warn(
                     f"{reader.name}:{first + i - 1}: {n} source tokens exceed the model's "
                     f"{translator.max_src_positions} positions; truncated"
@@ -198,17 +219,19 @@ def translate_stream(
                         tokenizer=translator.tokenizer,
                     )
                     for i, entries in enumerate(results)
+                    if i >= kept
                 )
             elif nbest > 1:
                 results = translator.translate_nbest(chunk, on_truncated=on_truncated, **kwargs)
                 text = "".join(
                     f"{first + i} ||| {t.text} ||| {t.score:.4f}\n"
                     for i, entries in enumerate(results)
+                    if i >= kept
                     for t in entries
                 )
             else:
                 translations = translator.translate(chunk, on_truncated=on_truncated, **kwargs)
-                text = "".join(t + "\n" for t in translations)
+                text = "".join(t + "\n" for t in translations[kept:])
             out.write(text.encode("utf-8"))
             out.flush()
         if partial is not None:

@@ -27,10 +27,11 @@ from typing import NamedTuple
 from seq2seq.config import ExperimentConfig
 from seq2seq.core import UserError
 from seq2seq.decode.batching import batch_by_tokens
-from seq2seq.decode.constraints import Constraints, Terminology
+from seq2seq.decode.constraints import Constraints
 from seq2seq.decode.engines import ENGINES
 from seq2seq.decode.options import Engine, SearchOptions
 from seq2seq.decode.search_base import Hypothesis
+from seq2seq.decode.terminology import Terminology
 
 __all__ = ["Translation", "TruncationCallback", "Translator"]
 
@@ -271,9 +272,11 @@ class Translator:
         if constraints is None and prefix is None and avoid is None and terminology is None:
             return None
         include_text = [list(constraints[i]) if constraints else [] for i in range(n)]
+        term_where: list[dict[str, str]] = [{} for _ in range(n)]  # target term -> its entry
         if terminology is not None:
             for i, text in enumerate(sentences):
-                include_text[i] += terminology.targets_for(text)
+                term_where[i] = dict(terminology.find(text))
+                include_text[i] += list(term_where[i])
         avoid_text = [list(avoid[i]) if avoid else [] for i in range(n)]
         prefix_text = [(prefix[i] or "") if prefix else "" for i in range(n)]
         # One SentencePiece call for every phrase of the batch.
@@ -291,15 +294,29 @@ class Translator:
             c = Constraints(
                 prefix=prefix_ids[i], include=include_ids[i], ordered=ordered, avoid=avoid_ids[i]
             )
+            # Errors name a phrase by the user's text, and a term by its termbase entry.
+            own = set(include_text[i][: len(constraints[i])] if constraints else ())
+            names: dict[tuple[int, ...], str] = {}
+            phrases = [
+                *zip(include_text[i], include_ids[i]),
+                *zip(avoid_text[i], avoid_ids[i]),
+                (prefix_text[i], prefix_ids[i]),
+            ]
+            for text, ids_ in phrases:
+                origin = None if text in own else term_where[i].get(text)
+                shown = f"{text!r} (terminology {origin})" if origin else repr(text)
+                names.setdefault(tuple(int(t) for t in ids_), shown)
             try:
-                c.check(special=(PAD_ID, BOS_ID, EOS_ID), no_repeat_ngram=no_repeat_ngram)
+                c.check(
+                    special=(PAD_ID, BOS_ID, EOS_ID), no_repeat_ngram=no_repeat_ngram, names=names
+                )
             except UserError as e:
                 raise UserError(f"{name(i)}: {e}") from None
-            for text, ids_ in [*zip(include_text[i], c.include), (prefix_text[i], c.prefix)]:
+            for _, ids_ in [*zip(include_text[i], include_ids[i]), phrases[-1]]:
                 if UNK_ID in ids_:
                     raise UserError(
-                        f"{name(i)}: {text!r} has characters the target vocabulary lacks "
-                        "(they would be output as the unknown piece)"
+                        f"{name(i)}: {names[tuple(int(t) for t in ids_)]} has characters the "
+                        "target vocabulary lacks (they would be output as the unknown piece)"
                     )
             if c.needed_len() > self.max_src_positions:
                 raise UserError(

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,7 @@ __all__ = [
     "LoadedModel",
     "ModelDirError",
     "load_model_dir",
+    "safetensors_bytes",
     "save_model_dir",
     "state_dict_for_saving",
     "verify_model_dir",
@@ -139,6 +141,32 @@ def write_manifest(model_dir: str | Path) -> Path:
     return path
 
 
+def safetensors_bytes(
+    tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None
+) -> bytes:
+    """The safetensors file of ``tensors``, the same bytes for the same tensors every time.
+
+    safetensors writes its ``__metadata__`` from a Rust hash map, whose order changes from one
+    call to the next; two saves of the same weights would then differ in bytes, and so in the
+    manifest's sha256. The header is rewritten here as canonical JSON (sorted keys, no spaces,
+    padded with spaces to a multiple of 8 bytes as the format asks); the tensor data, whose
+    offsets count from the end of the header, is kept as it is.
+
+    Args:
+        tensors: The tensors to write (each made contiguous).
+        metadata: String pairs for the header's ``__metadata__`` (None: none).
+
+    Returns:
+        The file's bytes.
+    """
+    data = save({k: v.contiguous() for k, v in tensors.items()}, metadata=metadata)
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8 : 8 + length])
+    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+    text += b" " * (-len(text) % 8)
+    return struct.pack("<Q", len(text)) + text + data[8 + length :]
+
+
 def save_model_dir(
     model_dir: str | Path,
     model: torch.nn.Module,
@@ -157,10 +185,7 @@ def save_model_dir(
     with atomic_open(model_dir / CONFIG_FILE, "w", encoding="utf-8") as f:
         f.write(dump_config(cfg))
     tensors = weights if weights is not None else state_dict_for_saving(model)
-    data = save(
-        {k: v.contiguous() for k, v in tensors.items()},
-        metadata={"format": FORMAT_NAME, "version": str(FORMAT_VERSION)},
-    )
+    data = safetensors_bytes(tensors, {"format": FORMAT_NAME, "version": str(FORMAT_VERSION)})
     with atomic_open(model_dir / WEIGHTS_FILE, "wb") as f:  # 0644 like every other file
         f.write(data)
     return write_manifest(model_dir)

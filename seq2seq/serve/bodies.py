@@ -12,6 +12,9 @@ import urllib.parse
 from typing import Any
 
 import pydantic
+from starlette.requests import ClientDisconnect
+
+from seq2seq.serve.logs import log
 
 __all__ = ["RequestError", "check_unicode", "read_json_object", "read_libre_fields", "validate"]
 
@@ -78,16 +81,28 @@ def _decode_utf8(data: bytes, what: str) -> str:
 
 
 async def _read_body(request, limit: int) -> bytes:
-    """The request body, refused with a 413 past ``limit`` bytes (before reading it all)."""
+    """The request body, refused with a 413 past ``limit`` bytes (before reading it all).
+
+    A client that disconnects before sending it all is logged as one INFO line (and the
+    request ends in a RequestError that nobody receives)."""
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > limit:
         raise RequestError(413, f"request body of {int(length):,} bytes; the limit is {limit:,}")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestError(413, f"request body over the limit of {limit:,} bytes")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"request body over the limit of {limit:,} bytes")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # The client's own doing, and nobody is left to answer: one line, no traceback.
+        client = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.info(
+            "%s disconnected after %d of %s body bytes; nothing translated",
+            client, size, length if length is not None else "?",
+        )  # fmt: skip
+        raise RequestError(400, "client disconnected before the whole request body") from None
     return b"".join(chunks)
 
 
@@ -96,13 +111,18 @@ def _parse_json(body: bytes) -> Any:
     if not text.strip():
         raise RequestError(400, "empty request body: send a JSON object")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
         raise RequestError(
             400, f"malformed JSON: {e.msg} at line {e.lineno} column {e.colno}"
         ) from None
     except RecursionError:
         raise RequestError(400, "malformed JSON: nested too deeply") from None
+
+
+def _no_constant(name: str) -> Any:
+    """Python's json reads ``NaN`` and ``Infinity``, which JSON does not have."""
+    raise RequestError(400, f"malformed JSON: {name} is not a JSON value (JSON has no NaN or inf)")
 
 
 def _parse_urlencoded(body: bytes) -> dict[str, str]:
@@ -138,7 +158,7 @@ def _parse_multipart(body: bytes, content_type: str) -> dict[str, str]:
 
 async def read_libre_fields(request, limit: int) -> tuple[dict, bool]:
     """LibreTranslate's fields from a JSON or form body of at most ``limit`` bytes; True when
-    it was a form."""
+    it was a form (whose ``alternatives``, when digits, is then an int)."""
     body = await _read_body(request, limit)
     content_type = request.headers.get("content-type", "")
     kind = content_type.split(";")[0].strip().lower()
@@ -147,9 +167,17 @@ async def read_libre_fields(request, limit: int) -> tuple[dict, bool]:
         if not isinstance(data, dict):
             raise RequestError(400, "invalid request: the JSON body must be an object")
         return data, False
-    if kind == "multipart/form-data":
-        return _parse_multipart(body, content_type), True
-    return _parse_urlencoded(body), True
+    form = _parse_multipart(body, content_type) if kind == "multipart/form-data" else None
+    return _form_numbers(form if form is not None else _parse_urlencoded(body)), True
+
+
+def _form_numbers(form: dict[str, str]) -> dict[str, Any]:
+    """A form's integer fields as ints, so that forms and JSON bodies meet the same strict
+    schema: ``alternatives=2`` is 2; anything but decimal digits stays a string (a 400)."""
+    value = form.get("alternatives")
+    if value is not None and value.strip().isascii() and value.strip().isdigit():
+        return {**form, "alternatives": int(value.strip())}
+    return form
 
 
 async def read_json_object(request, limit: int) -> dict:

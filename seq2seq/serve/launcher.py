@@ -4,6 +4,9 @@ under uvicorn until SIGTERM or Ctrl-C.
 A stop stops accepting connections, finishes the requests in flight, then exits (uvicorn's
 graceful shutdown, then :meth:`~seq2seq.serve.batcher.Batcher.close` finishes anything still
 queued).
+
+HTTP is parsed by h11 (uvicorn's ``http="h11"``), whatever else is installed, so that request
+headers are bounded (:data:`MAX_HEADER_BYTES`) under every installation.
 """
 
 from __future__ import annotations
@@ -23,7 +26,11 @@ from seq2seq.serve.served_model import choose_engine, load_translator
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["serve"]
+__all__ = ["MAX_HEADER_BYTES", "serve"]
+
+MAX_HEADER_BYTES = 32 * 1024
+"""The most bytes a request's line and headers may take (a larger one is refused before it is
+buffered: memory per connection stays bounded)."""
 
 
 def serve(
@@ -82,6 +89,11 @@ def serve(
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=None,
+        # h11, named rather than uvicorn's "auto" (httptools where installed, which buffers
+        # headers of any size): a request whose line and headers pass MAX_HEADER_BYTES is
+        # answered 400 and its connection closed, whatever else is installed.
+        http="h11",
+        h11_max_incomplete_event_size=MAX_HEADER_BYTES,
     )
     server = uvicorn.Server(uv_config)
     bound_host, bound_port = sock.getsockname()[:2]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 __all__ = ["SEARCH_FIELDS", "AttentionRequest", "LibreTranslateRequest", "TranslateRequest"]
 
@@ -22,13 +22,76 @@ def _text_or_list(value: Any, name: str) -> Any:
         return value
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return value
-    raise ValueError("must be a string or a list of strings")
+    raise ValueError(f"must be a string or a list of strings, got {_shape(value)}")
+
+
+def _shape(value: Any) -> str:
+    """What a JSON value is, in words, for an error message (``a list of 2 strings``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        if not value:
+            return "an empty list"
+        kinds = {_shape(v).removeprefix("a ").removeprefix("an ") for v in value}
+        if len(kinds) > 1:
+            return f"a list of {len(value)} mixed items"
+        (kind,) = kinds
+        plural = {"empty list": "empty lists"}
+        if kind.startswith("list"):
+            kind = "list"
+        return f"a list of {len(value)} {kind if len(value) == 1 else plural.get(kind, kind + 's')}"
+    return type(value).__name__
+
+
+def _is_phrases(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+def _per_text(name: str, value: Any, text: Any) -> Any:
+    """``value`` of the per-text field ``name`` (``prefix``: a string; ``constraints``,
+    ``avoid``: a list of phrases), checked against ``text``: for one text, that value; for a
+    list of texts, a list with one entry per text, each that value or null.
+
+    Raises:
+        ValueError: any other shape (a list of strings for a list of texts would otherwise be
+            read one character per phrase), saying the expected one.
+    """
+    one = "a string" if name == "prefix" else "a list of strings"
+    fits = (lambda v: isinstance(v, str)) if name == "prefix" else _is_phrases
+    if value is None or not isinstance(text, (str, list)):
+        return value  # null, or text itself is wrong (reported for text)
+    if isinstance(text, str):
+        if not fits(value):
+            raise ValueError(f"for one text, expected {one} or null, got {_shape(value)}")
+        return value
+    n = len(text)
+    if not (
+        isinstance(value, list) and len(value) == n and all(v is None or fits(v) for v in value)
+    ):
+        raise ValueError(
+            f"for a list of {n} text{'s' * (n != 1)}, expected a list with one entry per "
+            f"text ({n}), each {one} or null; got {_shape(value)}"
+        )
+    return value
 
 
 class LibreTranslateRequest(BaseModel):
-    """LibreTranslate's ``POST /translate`` body (JSON, or the same fields as a form)."""
+    """LibreTranslate's ``POST /translate`` body (JSON, or the same fields as a form).
 
-    model_config = ConfigDict(extra="ignore")  # api_key, secret, ... are accepted
+    Fields are strict: ``alternatives`` is a JSON integer (not ``true``, ``2.5`` or ``"2"``);
+    a form's ``alternatives`` is its decimal digits (:func:`seq2seq.serve.bodies.read_libre_fields`
+    reads it as the integer).
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True)  # api_key, secret, ... are accepted
 
     q: str | list[str] = Field(description="text, or a list of texts, to translate")
     source: str = Field(description="source language code, or auto", examples=["en"])
@@ -49,8 +112,11 @@ class TranslateRequest(BaseModel):
     """The native ``POST /v1/translate`` body.
 
     Search options left out (or null) keep the server's defaults (the model's ``decoding``
-    section and the ``seq2seq serve`` options). Later fields join this model without changing
-    the existing ones: ``models`` (ids from ``GET /v1/models``) for an ensemble.
+    section and the ``seq2seq serve`` options). Every field is strict (``"beam_size": true``,
+    ``4.7`` or ``"4"`` is a 400); the search options' ranges are checked by the one check of
+    search options (:meth:`seq2seq.config.DecodingConfig.validate`), as for the command line.
+    Later fields join this model without changing the existing ones: ``models`` (ids from
+    ``GET /v1/models``) for an ensemble.
 
     ``alignments``: per sentence, each hypothesis' Moses ``i-j`` word pairs (the rule and format
     of ``seq2seq translate --alignments``, :mod:`seq2seq.decode.alignments`); the engine must give
@@ -58,8 +124,10 @@ class TranslateRequest(BaseModel):
 
     Constrained decoding (docs/translating.md, "Constrained decoding"): ``prefix`` (a text), ``constraints``
     and ``avoid`` (lists of phrases) for a single ``text``; for a list of texts, lists aligned
-    with it (``null`` / ``[]`` for a text without). A text with any of them is translated as one
-    sentence (it may not hold a line break).
+    with it, one entry per text (``null`` / ``[]`` for a text without). Any other shape is a 400
+    that says the expected one (``["zeta", "kappa"]`` for two texts is not read as phrases of
+    one character). A text with any of them is translated as one sentence (it may not hold a
+    line break).
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -77,25 +145,25 @@ class TranslateRequest(BaseModel):
         False, description="per sentence: each hypothesis' Moses i-j word alignment"
     )
     method: Literal["beam", "greedy", "sample"] | None = None
-    beam_size: int | None = Field(None, ge=1)
-    nbest: int | None = Field(None, ge=1, description="hypotheses per sentence")
-    len_penalty: float | None = None
-    min_len: int | None = Field(None, ge=0)
-    max_len_a: float | None = Field(None, ge=0)
-    max_len_b: int | None = Field(None, ge=0)
-    no_repeat_ngram: int | None = Field(None, ge=0)
+    beam_size: int | None = Field(None, description=">= 1")
+    nbest: int | None = Field(None, description="hypotheses per sentence, >= 1")
+    len_penalty: float | None = Field(None, description="a finite number")
+    min_len: int | None = Field(None, description=">= 0")
+    max_len_a: float | None = Field(None, description=">= 0")
+    max_len_b: int | None = Field(None, description=">= 0")
+    no_repeat_ngram: int | None = Field(None, description=">= 0")
     unk_penalty: float | None = None
-    temperature: float | None = Field(None, gt=0)
-    top_k: int | None = Field(None, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
-    seed: int | None = None
+    temperature: float | None = Field(None, description="> 0")
+    top_k: int | None = Field(None, description=">= 0 (0: all)")
+    top_p: float | None = Field(None, description="in (0, 1]")
+    seed: int | None = Field(None, description="in [0, 2**64)")
     prefix: str | None | list[str | None] = Field(
         None, description="per text: the output starts with this text (a list for a list of texts)"
     )
-    constraints: list[str] | list[list[str]] | None = Field(
+    constraints: list[str] | list[list[str] | None] | None = Field(
         None, description="per text: phrases the output must hold (a list of lists for a list)"
     )
-    avoid: list[str] | list[list[str]] | None = Field(
+    avoid: list[str] | list[list[str] | None] | None = Field(
         None, description="per text: phrases the output must not hold (as constraints)"
     )
     ordered: bool = Field(False, description="the constraints appear in their order")
@@ -104,6 +172,11 @@ class TranslateRequest(BaseModel):
     @classmethod
     def _text(cls, value: Any) -> Any:
         return _text_or_list(value, "text")
+
+    @field_validator("prefix", "constraints", "avoid", mode="before")
+    @classmethod
+    def _per_text(cls, value: Any, info: ValidationInfo) -> Any:
+        return _per_text(info.field_name or "", value, info.data.get("text"))
 
 
 class AttentionRequest(BaseModel):

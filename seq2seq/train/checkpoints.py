@@ -235,14 +235,13 @@ def average_model_dir(
         CheckpointError: fewer than ``n`` periodic checkpoints, or unreadable ones; an
             existing ``out`` without ``force``.
     """
-    from safetensors.torch import save
-
     from seq2seq.config import load_config
     from seq2seq.core import atomic_dir, atomic_open
     from seq2seq.model import (
         CONFIG_FILE,
         PARENT_FILE,
         SPM_FILES,
+        safetensors_bytes,
         save_model_dir,
         state_dict_for_saving,
     )
@@ -275,7 +274,7 @@ def average_model_dir(
         ) from None
     if out.suffix == ".safetensors":
         with atomic_open(out, "wb") as f:
-            f.write(save(state_dict_for_saving(model)))
+            f.write(safetensors_bytes(state_dict_for_saving(model)))
         return out
     with atomic_dir(out, overwrite=force) as tmp:
         for name in (*SPM_FILES, PARENT_FILE):  # (a fine-tuned run's parent record too)

@@ -1,15 +1,86 @@
-"""How a training run shows its progress: a TQDM bar on a terminal, text lines elsewhere."""
+"""How a training run shows its progress: a TQDM bar on a terminal, text lines elsewhere.
+
+A run prints our lines only. Lightning's own info lines (its banner, ``GPU available: ...``;
+an advertisement for its cloud logger; its model table; ``Trainer.fit stopped: ...``) are
+off while it trains (:func:`quiet_lightning`); :class:`RunLines` says instead, in one line
+each, how large the model is and why the run ended. Warnings still show.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
 import time
+from collections.abc import Iterator
 
+import lightning_fabric  # noqa: F401 (imported before quiet_lightning: its import sets a level)
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import Timer, TQDMProgressBar
+from pytorch_lightning.callbacks import EarlyStopping, Timer, TQDMProgressBar
 from pytorch_lightning.callbacks.progress.tqdm_progress import _update_n
 
-__all__ = ["StepProgressBar", "TextProgress"]
+__all__ = ["LIGHTNING_LOGGERS", "RunLines", "StepProgressBar", "TextProgress", "quiet_lightning"]
+
+LIGHTNING_LOGGERS = ("lightning", "lightning_fabric", "lightning_utilities", "pytorch_lightning")
+"""The loggers Lightning's info lines go to (``rank_zero_info``, its callbacks' ``log.info``)."""
+
+
+@contextlib.contextmanager
+def quiet_lightning() -> Iterator[None]:
+    """While inside, Lightning's info lines are not printed; its warnings still are.
+
+    Every one of them is a ``logging`` record at INFO level of a logger under one of
+    :data:`LIGHTNING_LOGGERS`: raising those loggers to WARNING silences them all, on every
+    rank, whatever handler Lightning or the user installed, and whatever the message says.
+    The levels are restored on the way out.
+    """
+    loggers = [logging.getLogger(name) for name in LIGHTNING_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class RunLines(pl.Callback):
+    """Our lines in place of Lightning's: the model's size when training starts, and why the
+    run ended (``training ended at step 2000: training.max_steps reached``). Rank 0 only."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            n = sum(p.numel() for p in pl_module.parameters())  # each tied parameter once
+            _say(f"model: {n:,} parameters")
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if trainer.is_global_zero:
+            reason = _end_reason(trainer)
+            _say(
+                f"training ended at step {trainer.global_step}" + (f": {reason}" if reason else "")
+            )
+
+
+def _end_reason(trainer: pl.Trainer) -> str:
+    """Why ``fit`` ended normally: the limit it reached or the early stop ("" if unknown)."""
+    if 0 < trainer.max_steps <= trainer.global_step:
+        return f"training.max_steps ({trainer.max_steps}) reached"
+    for cb in trainer.callbacks:
+        if isinstance(cb, EarlyStopping) and cb.stopping_reason_message:
+            return "early stopping: " + cb.stopping_reason_message.split(" Signaling")[0]
+    for cb in trainer.callbacks:
+        remaining = cb.time_remaining("train") if isinstance(cb, Timer) else None
+        if remaining is not None and remaining <= 0:
+            return "training.max_time reached"
+    max_epochs = trainer.max_epochs or 0
+    if 0 < max_epochs <= trainer.current_epoch:
+        return f"training.max_epochs ({max_epochs}) reached"
+    return ""
 
 
 def _short_metrics(metrics: dict) -> dict:

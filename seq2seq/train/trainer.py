@@ -84,7 +84,7 @@ from seq2seq.train.checkpoints import (
 )
 from seq2seq.train.pace_watch import PaceWatch
 from seq2seq.train.precision import resolve_precision
-from seq2seq.train.progress import StepProgressBar, TextProgress
+from seq2seq.train.progress import RunLines, StepProgressBar, TextProgress, quiet_lightning
 
 __all__ = ["export_weights", "train"]
 
@@ -176,6 +176,7 @@ def train(
     from seq2seq.train.validation import monitor_mode
 
     check_training_config(cfg)
+    cfg.validate_training()
     t = cfg.training
     check_accelerator(t.accelerator, t.devices)
     check_strategy(t.strategy)
@@ -191,7 +192,7 @@ def train(
             f"{out_dir} already holds a training run ({ckpt_dir}); continue it with "
             f"`seq2seq train --resume {out_dir}` or choose another --out"
         )
-    dm = TranslationDataModule(cfg, out_dir, mirror=mirror, cache_dir=cache_dir)
+    dm = TranslationDataModule(cfg, out_dir, mirror=mirror, cache_dir=cache_dir, resume=resume)
     check_paths(input_files=dm.input_files(), output_dirs=[("--out", out_dir)])
     if rank == 0:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -229,6 +230,7 @@ def train(
         checkpointer,
         signal_stop,
         StepProgressBar() if progress else TextProgress(every=t.log_every_steps),
+        RunLines(),
     ]
     if t.expected_step_s > 0:
         callbacks.append(PaceWatch(expected_step_s=t.expected_step_s, machine=t.expected_machine))
@@ -241,7 +243,7 @@ def train(
                 check_on_train_epoch_end=False,
             )
         )
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), quiet_lightning():  # our lines, not Lightning's
         # Mid-epoch resume is exact here (the sampler skips what was consumed), and
         # the batches are built in the main process by design.
         warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before")
@@ -334,7 +336,7 @@ def _fit(
         plugins=[AtomicCheckpointIO()],
         use_distributed_sampler=False,  # the token-bucket sampler shards per rank itself
         enable_progress_bar=progress,
-        enable_model_summary=True,
+        enable_model_summary=False,  # RunLines says the model's size in one line
         default_root_dir=str(out_dir),
         num_sanity_val_steps=1,
     )
