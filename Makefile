@@ -19,6 +19,10 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(PY) recipes/multi30k.py --config configs/multi30k_quick.yaml --pair en-de --out runs/demo
+	# the int8 CTranslate2 export that `seq2seq serve runs/demo/averaged` serves (docs/serving.md)
+	test -f runs/demo/averaged/export/ctranslate2-int8/export.json || $(PY) -m seq2seq.cli export \
+		runs/demo/averaged --format ctranslate2 --quantization int8 \
+		--out runs/demo/averaged/export/ctranslate2-int8 --force
 
 test: $(STAMP)
 	$(PY) -m pytest -q $(PYTEST_ARGS)

@@ -406,7 +406,7 @@ BAD_REQUESTS = {
     "unsupported pair": (
         _post("/translate", json.dumps({"q": "a man", "source": "en", "target": "fr"}).encode()),
         400,
-        "en->fr is not supported; this server translates en->de (supported pairs: en->de)",
+        "language pair en->fr is not supported (supported pairs: en->de)",
     ),
     "empty text": (
         _post("/translate", json.dumps({"q": "  \n ", **GOOD}).encode()),
@@ -433,10 +433,18 @@ BAD_REQUESTS = {
         400,
         "q[1] is not valid Unicode: unpaired surrogate U+D800",
     ),
-    "html format": (
-        _post("/translate", json.dumps({"q": "a", "format": "html", **GOOD}).encode()),
+    "html with alternatives": (
+        _post(
+            "/translate",
+            json.dumps({"q": "<b>a</b>", "format": "html", "alternatives": 2, **GOOD}).encode(),
+        ),
         400,
-        "format 'html' is not supported",
+        "alternatives are for format 'text' only",
+    ),
+    "unknown format": (
+        _post("/translate", json.dumps({"q": "a", "format": "pdf", **GOOD}).encode()),
+        400,
+        "field 'format'",
     ),
     "too many alternatives": (
         _post("/translate", json.dumps({"q": "a", "alternatives": 9, **GOOD}).encode()),

@@ -56,8 +56,9 @@ def reference(model_dir) -> Translator:
 class ServerProcess:
     """``seq2seq serve MODEL_DIR --port 0 ...`` in a subprocess; its log is read as it comes."""
 
-    def __init__(self, model_dir: Path, *args: str) -> None:
-        cmd = [sys.executable, "-m", "seq2seq.cli", "serve", str(model_dir), "--port", "0"]
+    def __init__(self, model_dir: Path | list[Path], *args: str) -> None:
+        dirs = [str(d) for d in (model_dir if isinstance(model_dir, list) else [model_dir])]
+        cmd = [sys.executable, "-m", "seq2seq.cli", "serve", *dirs, "--port", "0"]
         cmd += ["--threads", "1", "--no-access-log", *args]
         self.proc = subprocess.Popen(
             cmd,

@@ -16,6 +16,7 @@ import sys
 from seq2seq.cli.data import add_prepare
 from seq2seq.cli.evaluate import add_evaluate
 from seq2seq.cli.export import add_export
+from seq2seq.cli.keys import add_keys
 from seq2seq.cli.outcome import run_command
 from seq2seq.cli.plots import add_plot
 from seq2seq.cli.serve import add_serve
@@ -32,6 +33,7 @@ _SUBCOMMANDS = (
     add_plot,
     add_translate,
     add_serve,
+    add_keys,
     add_evaluate,
     add_score,
     add_export,

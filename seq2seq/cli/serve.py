@@ -16,26 +16,40 @@ def add_serve(sub) -> None:
         sub,
         "serve",
         "Serve a model over HTTP (FastAPI + uvicorn) with dynamic batching.\n\n"
-        "POST /translate speaks LibreTranslate's API (JSON or form: q, source, target,\n"
-        "format, alternatives) and GET /languages lists the pair; POST /v1/translate takes the\n"
-        "search options below per request, with n-best lists and scores; GET /health,\n"
-        "GET /v1/models; a web page at / and the API docs at /docs. Sentences of concurrent\n"
-        "requests are translated together (--max-wait-ms, --max-tokens). SIGTERM finishes the\n"
-        "requests in flight, then exits. Needs the serve extra (pip install 'seq2seq[serve]').",
-        "seq2seq serve runs/multi30k_small --port 8080\n"
+        "Speaks LibreTranslate's API (POST /translate with text or HTML and source auto,\n"
+        "GET /languages, POST /detect, GET /frontend/settings, POST /translate_file) with its\n"
+        "API keys (--api-keys, managed by `seq2seq keys`) and rate limits; POST /v1/translate\n"
+        "takes the search options below per request; GET /health, GET /v1/models, GET /metrics\n"
+        "(Prometheus); a web page at / and the API docs at /docs. A model directory that holds\n"
+        "a CTranslate2 export (MODEL_DIR/export/NAME, int8 preferred) is served with it unless\n"
+        "--engine says otherwise; several model directories are an ensemble (torch). Sentences\n"
+        "of concurrent requests are translated together (--max-wait-ms, --max-tokens). SIGTERM\n"
+        "finishes the requests in flight, then exits. Needs the serve extra.",
+        "seq2seq serve runs/demo/averaged --port 8080\n"
         "seq2seq serve runs/m30k_ct2 --engine ctranslate2 --host 0.0.0.0 --beam 4\n"
+        "seq2seq keys add --db keys.db --req-limit 60\n"
+        "seq2seq serve runs/demo/averaged --api-keys keys.db --require-api-key --req-limit 30\n"
         "curl -s localhost:8080/translate -H 'Content-Type: application/json' "
         '-d \'{"q": "Two dogs play.", "source": "en", "target": "de"}\'',
     )
     p.add_argument(
-        "model_dir", metavar="MODEL_DIR", help="model directory, or export folder (--engine)"
+        "model_dir",
+        metavar="MODEL_DIR",
+        nargs="+",
+        help="model directory, or export folder; several model directories: an ensemble",
     )
     p.add_argument("--host", default="127.0.0.1", help="interface (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="TCP port, 0 = any free (default 8080)")
     # Unset limits keep seq2seq.serve.ServeConfig's defaults (GET /v1/models shows those in
     # force); not imported here, so that building the parser stays cheap for every command.
     g = p.add_argument_group("limits and batching (unset: the defaults GET /v1/models lists)")
-    g.add_argument("--max-chars", type=int, metavar="N", help="characters per request")
+    g.add_argument(
+        "--max-chars",
+        "--char-limit",
+        type=int,
+        metavar="N",
+        help="characters per request (LibreTranslate's --char-limit; /frontend/settings' charLimit)",
+    )
     g.add_argument("--max-sentence-chars", type=int, metavar="N", help="characters per sentence")
     g.add_argument("--max-sentences", type=int, metavar="N", help="sentences per request")
     g.add_argument("--max-beam", type=int, metavar="K", help="largest beam / n-best per request")
@@ -67,9 +81,32 @@ def add_serve(sub) -> None:
         "(continuous batching) instead of waiting for the next static batch; off by default, "
         "slower than static batches on 2 cores (docs/serving.md)",
     )
+    g.add_argument(
+        "--max-queue",
+        type=int,
+        metavar="N",
+        help="sentences queued for the engine beyond which a request gets 503 and Retry-After "
+        "(0: no bound)",
+    )
+    k = p.add_argument_group("API keys, rate limits, files, metrics")
+    k.add_argument("--api-keys", metavar="FILE", help="the key database (`seq2seq keys add`)")
+    k.add_argument("--require-api-key", action="store_true", help="refuse requests without a key")
+    k.add_argument(
+        "--req-limit",
+        type=int,
+        metavar="N",
+        help="requests per minute per key without its own limit, and per address without a "
+        "key (default: no limit)",
+    )
+    k.add_argument("--max-file-bytes", type=int, metavar="N", help="largest /translate_file")
+    k.add_argument(
+        "--file-expiry", type=float, metavar="S", help="seconds a translated file is kept"
+    )
+    k.add_argument("--no-metrics", action="store_true", help="no GET /metrics, nothing counted")
     p.add_argument("--no-access-log", action="store_true", help="no log line per request")
     add_search_args(p)
-    p.set_defaults(run=_run_serve)
+    # serve chooses its engine (the model directory's CTranslate2 export, else torch)
+    p.set_defaults(run=_run_serve, engine=None)
 
 
 def _run_serve(args) -> int:
@@ -83,8 +120,14 @@ def _run_serve(args) -> int:
 
     set_threads(args.threads)
     check_device(args.device)
-    check_paths(input_dirs=[("model directory", args.model_dir)])
+    check_paths(input_dirs=[("model directory", d) for d in args.model_dir])
+    if args.api_keys:
+        check_paths(input_files=[("--api-keys", args.api_keys)])
     given = dict(
+        max_queue=args.max_queue,
+        req_limit=args.req_limit,
+        max_file_bytes=args.max_file_bytes,
+        file_expiry_s=args.file_expiry,
         max_chars=args.max_chars,
         max_sentence_chars=args.max_sentence_chars,
         max_sentences=args.max_sentences,
@@ -97,6 +140,9 @@ def _run_serve(args) -> int:
         **{k: v for k, v in given.items() if v is not None},
         batching=not args.no_batching,
         continuous=args.continuous,
+        api_keys=args.api_keys,
+        require_api_key=args.require_api_key,
+        metrics=not args.no_metrics,
     )
     serve(
         args.model_dir,

@@ -1,5 +1,6 @@
 """Serving: the HTTP server (native and LibreTranslate APIs): its app, request schemas and
-bodies, translation service, dynamic batching, paragraphs, the web page and the launcher.
+bodies, translation service, dynamic batching, paragraphs, API keys and rate limits, language
+detection, HTML and file translation, metrics, the web page and the launcher.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
+    "KeyStore": "keys",
     "ServeConfig": "config",
     "serve": "launcher",
 }

@@ -8,23 +8,25 @@ service (:mod:`seq2seq.serve.service`), which cuts them into sentences
 (the sentences of concurrent requests are translated together in token-budgeted batches on
 one worker thread: :func:`seq2seq.serve.batcher.engine_thread`) and rejoins the results.
 
-Endpoints:
+Endpoints (docs/serving.md has the table):
 
-- ``POST /translate``: LibreTranslate's API. JSON or form-encoded (urlencoded or multipart)
-  ``{"q": str | [str], "source", "target", "format": "text", "alternatives": n}`` ->
-  ``{"translatedText": str | [str]}`` plus ``"alternatives"`` when asked (and
-  ``"detectedLanguage"`` when ``source`` is ``auto``: the model's source language, since a
-  server holds one). Errors are ``{"error": message}`` with a 4xx/5xx status, as there.
-- ``GET /languages``: LibreTranslate's list: each language ``{"code", "name", "targets"}``.
+- LibreTranslate's API (:mod:`seq2seq.serve.libre`): ``POST /translate`` (text or HTML,
+  ``source: auto``, alternatives), ``GET /languages``, ``POST /detect``, ``GET
+  /frontend/settings``, ``POST /translate_file`` and ``GET /download_file/{token}/{name}``.
 - ``POST /v1/translate``: the native API, with the search options of ``seq2seq translate``
-  (:class:`~seq2seq.serve.schemas.TranslateRequest`), n-best lists, scores and word alignments, and per-text ``prefix`` /
-  ``constraints`` / ``avoid`` (constrained decoding; such a text is one sentence; constrained
-  sentences of concurrent requests share batches too).
+  (:class:`~seq2seq.serve.schemas.TranslateRequest`), n-best lists, scores and word alignments,
+  and per-text ``prefix`` / ``constraints`` / ``avoid`` (constrained decoding).
 - ``POST /v1/attention``: cross-attention weights of each sentence's translation (torch
   engine only), for the heatmap of the web page.
-- ``GET /health``, ``GET /v1/models`` (languages, engine, size, manifest hash, defaults).
+- ``GET /health``, ``GET /v1/models`` (languages, engine, size, manifest hash, defaults),
+  ``GET /metrics`` (Prometheus: :mod:`seq2seq.serve.metrics`).
 - ``GET /``: a plain HTML + JavaScript page (``seq2seq/serve/static/index.html``); ``GET /docs``:
   the OpenAPI docs FastAPI generates.
+
+API keys and rate limits (:mod:`seq2seq.serve.access`) apply to the routes that translate or
+detect; ``/languages``, ``/health``, ``/frontend/settings``, ``/metrics``, the page and the
+download of a translated file need no key and are never limited. Past ``--max-queue`` queued
+sentences a request gets 503 with ``Retry-After``.
 
 Bad input never reaches the engine: the body is read with a byte limit, must be UTF-8 (and
 valid Unicode: no unpaired surrogates from ``\\ud800`` escapes), JSON or a form, with fields
@@ -43,13 +45,19 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from seq2seq.decode import format_alignment
-from seq2seq.serve.bodies import RequestError, read_json_object, read_libre_fields, validate
+from seq2seq.serve.access import Access
+from seq2seq.serve.bodies import RequestError, read_json_object, validate
 from seq2seq.serve.config import ServeConfig
+from seq2seq.serve.detect import Detector
+from seq2seq.serve.files import FileStore
+from seq2seq.serve.keys import KeyTable
+from seq2seq.serve.libre import add_libre_routes
 from seq2seq.serve.logs import log
+from seq2seq.serve.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
 from seq2seq.serve.schemas import (
     SEARCH_FIELDS,
     AttentionRequest,
@@ -63,19 +71,7 @@ if TYPE_CHECKING:
 
     from seq2seq.serve.served_model import ModelInfo
 
-__all__ = ["LANGUAGE_NAMES", "create_app"]
-
-LANGUAGE_NAMES = {
-    "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish",
-    "de": "German", "el": "Greek", "en": "English", "es": "Spanish", "et": "Estonian",
-    "fa": "Persian", "fi": "Finnish", "fr": "French", "he": "Hebrew", "hi": "Hindi",
-    "hu": "Hungarian", "id": "Indonesian", "it": "Italian", "ja": "Japanese", "ko": "Korean",
-    "lt": "Lithuanian", "lv": "Latvian", "nl": "Dutch", "no": "Norwegian", "pl": "Polish",
-    "pt": "Portuguese", "ro": "Romanian", "ru": "Russian", "sk": "Slovak", "sl": "Slovenian",
-    "sv": "Swedish", "th": "Thai", "tr": "Turkish", "uk": "Ukrainian", "vi": "Vietnamese",
-    "zh": "Chinese",
-}  # fmt: skip
-"""English names for ``GET /languages`` (a code not listed is its own name)."""
+__all__ = ["create_app"]
 
 
 def _static_page() -> str:
@@ -103,9 +99,20 @@ def create_app(
 
     The batcher starts with the app's lifespan and finishes its queue when the app shuts
     down; run the app under uvicorn (or ``httpx.ASGITransport`` inside a lifespan).
+
+    Raises:
+        UserError: ``config.api_keys`` names a file that is missing or not a key database.
     """
     config = config or ServeConfig()
-    service = TranslationService(translator, info, config, executor)
+    keys = KeyTable(config.api_keys) if config.api_keys else None
+    access = Access(keys, require_key=config.require_api_key, req_limit=config.req_limit)
+    service: TranslationService
+    metrics = (
+        ServerMetrics(queued=lambda: service.batcher.stats.queued_sentences)
+        if config.metrics
+        else None
+    )
+    service = TranslationService(translator, info, config, executor, metrics)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -126,13 +133,32 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    if metrics is not None:
+        app.add_middleware(MetricsMiddleware, metrics=metrics)
 
     def error(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)
 
     @app.exception_handler(RequestError)
     async def _request_error(_request, exc: RequestError):
-        return error(exc.status, exc.message)
+        answer = error(exc.status, exc.message)
+        if exc.retry_after is not None:
+            answer.headers["Retry-After"] = str(exc.retry_after)
+        return answer
+
+    async def admit(request: Request, fields: dict) -> None:
+        """Check the request's key (body field or query string) and count it."""
+        key = fields.get("api_key") or request.query_params.get("api_key")
+        if not isinstance(key, str):
+            key = None
+        address = request.client.host if request.client else "unknown"
+        client = access.admit(key, address)
+        if metrics is not None and client.key is not None:
+            metrics.key_request(client.key)
+
+    def native_body(data: dict) -> dict:
+        """The native APIs take ``api_key`` too; it is not a field of their schemas."""
+        return {k: v for k, v in data.items() if k != "api_key"}
 
     @app.exception_handler(HTTPException)
     async def _http_error(_request, exc: HTTPException):
@@ -159,6 +185,20 @@ def create_app(
     form_schema = LibreTranslateRequest.model_json_schema()
     for kind in ("application/x-www-form-urlencoded", "multipart/form-data"):
         libre_schema["requestBody"]["content"][kind] = {"schema": form_schema}
+    add_libre_routes(
+        app,
+        service,
+        admit=admit,
+        detector=Detector(),
+        files=FileStore(config.file_expiry_s, max_bytes=64 * config.max_file_bytes),
+        openapi=libre_schema,
+    )
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_page() -> Response:
+        if metrics is None:
+            raise RequestError(404, "metrics are off on this server (--no-metrics)")
+        return Response(metrics.render(), media_type=CONTENT_TYPE)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def index() -> HTMLResponse:
@@ -186,6 +226,7 @@ def create_app(
     @app.get("/v1/models", summary="The model being served")
     async def models() -> dict:
         entry = dataclasses.asdict(info)
+        entry["directions"] = [list(d) for d in info.directions]
         entry["decoding"] = dataclasses.asdict(translator.opts)
         entry["batching"] = {
             "enabled": config.batching,
@@ -205,69 +246,12 @@ def create_app(
             "max_sentences": config.max_sentences,
             "max_beam": config.max_beam,
             "max_alternatives": config.max_alternatives,
+            "max_queue": config.max_queue,
+            "req_limit": config.req_limit,
+            "max_file_bytes": config.max_file_bytes,
         }
+        entry["api_keys"] = {"enabled": keys is not None, "required": config.require_api_key}
         return {"models": [entry]}
-
-    @app.get("/languages", summary="LibreTranslate: supported languages")
-    async def languages() -> list[dict]:
-        def name(code: str) -> str:
-            return LANGUAGE_NAMES.get(code, code)
-
-        return [
-            {"code": info.source, "name": name(info.source), "targets": [info.target]},
-            {"code": info.target, "name": name(info.target), "targets": []},
-        ]
-
-    @app.post(
-        "/translate",
-        summary="LibreTranslate: translate text",
-        openapi_extra=libre_schema,
-        responses={400: {"description": "bad request: {'error': message}"}},
-    )
-    async def translate_libre(request: Request) -> JSONResponse:
-        data, _is_form = await read_libre_fields(request, config.max_body_bytes)
-        req = validate(LibreTranslateRequest, data)
-        if req.format not in (None, "text"):
-            raise RequestError(400, f"format {req.format!r} is not supported; use 'text'")
-        if req.alternatives > config.max_alternatives:
-            raise RequestError(
-                400, f"alternatives may be at most {config.max_alternatives} on this server"
-            )
-        language = service.check_pair(req.source, req.target)
-        batch = isinstance(req.q, list)
-        texts = req.q if batch else [req.q]
-        if batch and not texts:
-            raise RequestError(400, "empty text: q is an empty list")
-        n_alt = req.alternatives
-        if n_alt:
-            base = service.translator.opts
-            beam = max(base.beam_size, n_alt + 1)
-            opts = service.options(
-                method="beam" if base.method == "greedy" else base.method,
-                beam_size=beam,
-                nbest=n_alt + 1,
-            )
-        else:
-            opts = service.options(nbest=1)
-        split = service.split(texts, language=language, split=True, field="q")
-        results = await service.translate(split, opts)
-        out = [service.joined(t, results) for t in split]
-        alts = []
-        for text, best in zip(split, out):
-            seen, mine = {best, ""}, []
-            for k in range(1, opts.nbest):
-                alt = service.joined(text, results, k)
-                if alt not in seen:
-                    seen.add(alt)
-                    mine.append(alt)
-            alts.append(mine[:n_alt])
-        body: dict[str, Any] = {"translatedText": out if batch else out[0]}
-        if n_alt:
-            body["alternatives"] = alts if batch else alts[0]
-        if req.source.strip().lower() == "auto":
-            detected = {"confidence": 100.0, "language": info.source}
-            body["detectedLanguage"] = [detected] * len(out) if batch else detected
-        return JSONResponse(body)
 
     @app.post(
         "/v1/translate",
@@ -275,7 +259,9 @@ def create_app(
         openapi_extra=schema(TranslateRequest),
     )
     async def translate_native(request: Request) -> JSONResponse:
-        req = validate(TranslateRequest, await read_json_object(request, config.max_body_bytes))
+        data = await read_json_object(request, config.max_body_bytes)
+        await admit(request, data)
+        req = validate(TranslateRequest, native_body(data))
         language = service.check_pair(req.source, req.target)
         opts = service.options(**{k: getattr(req, k) for k in SEARCH_FIELDS})
         batch = isinstance(req.text, list)
@@ -325,7 +311,9 @@ def create_app(
         openapi_extra=schema(AttentionRequest),
     )
     async def attention(request: Request) -> JSONResponse:
-        req = validate(AttentionRequest, await read_json_object(request, config.max_body_bytes))
+        data = await read_json_object(request, config.max_body_bytes)
+        await admit(request, data)
+        req = validate(AttentionRequest, native_body(data))
         if not info.attention:
             raise RequestError(
                 501,

@@ -180,6 +180,8 @@ class Batcher(Generic[Options, Result]):
         executor: the worker thread (:func:`engine_thread`; the thread the engine was
             loaded on), which the caller shuts down; None: the batcher starts its own with
             :meth:`start` and stops it with :meth:`close`.
+        on_batch: called on the event loop with the number of sentences of each batch (of
+            each group joining the continuous search), for the metrics.
     """
 
     def __init__(
@@ -192,6 +194,7 @@ class Batcher(Generic[Options, Result]):
         batching: bool = True,
         stream_for: Callable[[Any], Stream | None] | None = None,
         executor: ThreadPoolExecutor | None = None,
+        on_batch: Callable[[int], None] | None = None,
     ) -> None:
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
@@ -215,6 +218,7 @@ class Batcher(Generic[Options, Result]):
         self._given_executor = executor
         self._executor: ThreadPoolExecutor | None = None
         self._closing = False
+        self._on_batch = on_batch
 
     # ---- life cycle --------------------------------------------------------------------
 
@@ -404,6 +408,8 @@ class Batcher(Generic[Options, Result]):
         if joining:
             self.stats.batches += 1
             self.stats.sentences += len(joining)
+            if self._on_batch is not None:
+                self._on_batch(len(joining))
         self.stats.stream_steps += 1
         self.stats.stream_rows += len(self._in_stream)
         self.stats.largest_batch = max(self.stats.largest_batch, len(self._in_stream))
@@ -442,6 +448,8 @@ class Batcher(Generic[Options, Result]):
         self.stats.batches += 1
         self.stats.sentences += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        if self._on_batch is not None:
+            self._on_batch(len(batch))
         started = time.perf_counter()
         try:
             results = await loop.run_in_executor(

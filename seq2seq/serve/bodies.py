@@ -20,12 +20,14 @@ __all__ = ["RequestError", "check_unicode", "read_json_object", "read_libre_fiel
 
 
 class RequestError(Exception):
-    """A request the server refuses: an HTTP status and a one-line message."""
+    """A request the server refuses: an HTTP status and a one-line message (and, for a 503,
+    the seconds to answer in ``Retry-After``)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.retry_after = retry_after
 
 
 def _validation_message(error) -> str:

@@ -28,6 +28,15 @@ class ServeConfig:
             between its steps and leave it when done (seq2seq.decode.continuous); False (the
             default): static batches only. Sampling, greedy, constraints, the n-gram ban and
             alignments always run in static batches.
+        api_keys: the SQLite key file (``seq2seq keys``); None: the server takes no keys.
+        require_api_key: refuse requests without a key (with ``api_keys``).
+        req_limit: requests per minute per key without its own limit, and per address for
+            requests without a key; 0: no limit.
+        max_queue: sentences queued for the engine beyond which a request is refused with 503
+            and ``Retry-After`` (backpressure); 0: no bound.
+        max_file_bytes: the largest file ``POST /translate_file`` takes.
+        file_expiry_s: seconds a translated file stays downloadable.
+        metrics: count requests, latencies, batches and translated text for ``GET /metrics``.
 
     Raises:
         UserError: a limit out of its range (named as the CLI option that sets it).
@@ -42,6 +51,13 @@ class ServeConfig:
     max_batch_tokens: int = 0
     batching: bool = True
     continuous: bool = False
+    api_keys: str | None = None
+    require_api_key: bool = False
+    req_limit: int = 0
+    max_queue: int = 4096
+    max_file_bytes: int = 1_000_000
+    file_expiry_s: float = 1800.0
+    metrics: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):
@@ -49,6 +65,13 @@ class ServeConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
         if self.max_alternatives < 0 or self.max_batch_tokens < 0:
             raise UserError("--max-alternatives and --max-batch-tokens must be >= 0")
+        for name in ("req_limit", "max_queue"):
+            if getattr(self, name) < 0:
+                raise UserError(f"--{name.replace('_', '-')} must be >= 0")
+        if self.max_file_bytes < 1 or self.file_expiry_s <= 0:
+            raise UserError("--max-file-bytes and --file-expiry must be > 0")
+        if self.require_api_key and not self.api_keys:
+            raise UserError("--require-api-key needs --api-keys FILE")
         if not 0 <= self.max_wait_ms <= 10_000:
             raise UserError(f"--max-wait-ms must be between 0 and 10000, got {self.max_wait_ms}")
 

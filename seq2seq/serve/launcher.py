@@ -22,7 +22,7 @@ from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.http_protocol import http_settings
 from seq2seq.serve.logs import log
-from seq2seq.serve.served_model import load_translator
+from seq2seq.serve.served_model import choose_engine, load_translator
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -31,9 +31,9 @@ __all__ = ["serve"]
 
 
 def serve(
-    model_dir: str | Path,
+    model_dir: str | Path | list[str | Path],
     *,
-    engine: str = "torch",
+    engine: str | None = None,
     device: str = "cpu",
     host: str = "127.0.0.1",
     port: int = 8080,
@@ -45,8 +45,10 @@ def serve(
     """Load ``model_dir`` and serve it until SIGTERM or SIGINT (then finish in-flight work).
 
     Args:
-        model_dir: a model directory, or an export folder for ``ctranslate2`` / ``onnx``.
-        engine: the Translator's engine.
+        model_dir: a model directory, or an export folder for ``ctranslate2`` / ``onnx``; a
+            list of model directories: an ensemble.
+        engine: the Translator's engine; None: the CTranslate2 export the model directory
+            holds, if any, else torch (:func:`~seq2seq.serve.served_model.choose_engine`).
         device: torch device (cpu, cuda).
         host: interface to listen on (127.0.0.1: this machine only).
         port: TCP port.
@@ -63,13 +65,15 @@ def serve(
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     # Listen first: a taken port fails before the model loads, and clients that connect
     # while it loads wait in the backlog instead of being refused.
+    dirs = list(model_dir) if isinstance(model_dir, (list, tuple)) else [model_dir]
+    engine, dirs = choose_engine(dirs, engine)
     sock = _listen(host, port)
     # Every engine call runs on one thread, loading and warm-up included (engine_thread says
     # why: a model loaded on another thread decodes slower).
     executor = engine_thread()
     try:
         translator, info = load_translator(
-            model_dir, engine=engine, device=device, search=search, executor=executor
+            dirs, engine=engine, device=device, search=search, executor=executor
         )
         app = create_app(translator, info=info, config=config or ServeConfig(), executor=executor)
     except BaseException:
@@ -88,8 +92,9 @@ def serve(
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     log.info(
-        "serving %s (%s->%s, %s engine) on http://%s:%d (API docs: /docs)",
-        info.id, info.source, info.target, engine, shown, bound_port,
+        "serving %s (%s, %s engine: %s) on http://%s:%d (API docs: /docs)",
+        info.id, ", ".join(f"{s}->{t}" for s, t in info.directions), engine, info.path,
+        shown, bound_port,
     )  # fmt: skip
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; a no-op
     # handler lets the process then exit 0 (stopped cleanly) instead of dying by the signal.

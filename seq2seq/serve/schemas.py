@@ -97,10 +97,10 @@ class LibreTranslateRequest(BaseModel):
     source: str = Field(description="source language code, or auto", examples=["en"])
     target: str = Field(description="target language code", examples=["de"])
     format: Literal["text", "html"] | None = Field(
-        "text", description="text only (html is refused with a 400)"
+        "text", description="text, or html: the text nodes translated, the markup kept"
     )
     alternatives: int = Field(0, ge=0, description="alternative translations wanted")
-    api_key: str | None = Field(None, description="ignored (no keys on this server)")
+    api_key: str | None = Field(None, description="the API key (servers with --api-keys)")
 
     @field_validator("q", mode="before")
     @classmethod

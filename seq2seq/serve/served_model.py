@@ -14,7 +14,20 @@ from seq2seq.core import UserError
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-__all__ = ["ModelInfo", "load_translator", "model_info"]
+__all__ = [
+    "EXPORTS_FOLDER",
+    "ModelInfo",
+    "choose_engine",
+    "held_export",
+    "load_translator",
+    "model_info",
+]
+
+EXPORTS_FOLDER = "export"
+"""Where a model directory holds its exports: ``MODEL_DIR/export/NAME/`` (``make demo`` writes
+``runs/demo/averaged/export/ctranslate2-int8``)."""
+
+_PREFERRED = ("int8", "int8_float32", "none", "float16")  # on a CPU: int8 is the fastest
 
 
 @dataclass(frozen=True)
@@ -25,14 +38,17 @@ class ModelInfo:
         id: a name for the model (its folder's name).
         path: the model directory or export folder.
         engine: torch, ctranslate2 or onnx.
-        source: source language code (from the config's ``data.pair``).
-        target: target language code.
+        source: the first direction's source language (``directions[0][0]``).
+        target: the first direction's target language.
         parameters: number of parameters (torch engine; None for exports).
         size_bytes: bytes of the weight files.
         manifest_sha256: a model directory's manifest hash (its content sha256), or the
             sha256 of an export's export.json (which lists every file's sha256).
         max_positions: the longest source (and target) the model takes, in tokens.
         attention: whether ``/v1/attention`` works (the torch engine has the weights).
+        directions: every ``(source, target)`` the model translates (the config's
+            ``data.directions``), what ``/languages``, ``/detect`` and the pair check read.
+        members: the model directories of an ensemble (empty for one model).
     """
 
     id: str
@@ -45,29 +61,48 @@ class ModelInfo:
     manifest_sha256: str | None
     max_positions: int
     attention: bool
+    directions: tuple[tuple[str, str], ...] = ()
+    members: tuple[str, ...] = ()
+
+    def sources(self, target: str | None = None) -> list[str]:
+        """The source languages (that translate into ``target``, when given), in order."""
+        return list(dict.fromkeys(s for s, t in self.directions if target in (None, t)))
+
+    def targets(self, source: str) -> list[str]:
+        """The languages ``source`` translates into, in order."""
+        return [t for s, t in self.directions if s == source]
+
+    def languages(self) -> list[str]:
+        """Every language the model reads or writes, sources first."""
+        return list(dict.fromkeys([x for d in self.directions for x in d]))
 
 
-def _pair(cfg) -> tuple[str, str]:
-    pair = getattr(getattr(cfg, "data", None), "pair", "") or ""
-    src, sep, tgt = pair.partition("-")
-    if not sep or not src or not tgt:
+def _directions(cfg) -> tuple[tuple[str, str], ...]:
+    data = getattr(cfg, "data", None)
+    directions = tuple(data.directions) if data is not None else ()
+    if not directions:
+        pair = getattr(data, "pair", "")
         raise UserError(f"the model's data.pair {pair!r} is not of the form src-tgt")
-    return src.lower(), tgt.lower()
+    return directions
 
 
-def model_info(translator, model_dir: str | Path, engine: str) -> ModelInfo:
+def model_info(translator, model_dir: str | Path | list, engine: str) -> ModelInfo:
     """Describe a loaded translator for ``/v1/models`` and ``/languages``.
 
     Args:
         translator: a loaded :class:`~seq2seq.decode.translator.Translator`.
-        model_dir: the folder it was loaded from.
+        model_dir: the folder it was loaded from (a list of folders: an ensemble).
         engine: its engine's name.
 
     Raises:
-        UserError: the model's ``data.pair`` is not of the form ``src-tgt``.
+        UserError: the model describes no language direction (``data.pair``).
     """
-    path = Path(model_dir)
-    src, tgt = _pair(translator.cfg)
+    members = (
+        tuple(str(Path(d).resolve()) for d in model_dir) if isinstance(model_dir, list) else ()
+    )
+    path = Path(model_dir[0] if isinstance(model_dir, list) else model_dir)
+    directions = _directions(translator.cfg)
+    src, tgt = directions[0]
     weights = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".onnx")]
     manifest = path / "manifest.json"
     digest = None
@@ -82,8 +117,9 @@ def model_info(translator, model_dir: str | Path, engine: str) -> ModelInfo:
     parameters = None
     if model is not None and hasattr(model, "parameters"):
         parameters = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    name = path.resolve().name
     return ModelInfo(
-        id=path.resolve().name,
+        id=name if not members else "+".join(Path(m).name for m in members),
         path=str(path.resolve()),
         engine=engine,
         source=src,
@@ -93,11 +129,89 @@ def model_info(translator, model_dir: str | Path, engine: str) -> ModelInfo:
         manifest_sha256=digest,
         max_positions=translator.max_src_positions,
         attention=model is not None and hasattr(model, "forward_with_attention"),
+        directions=directions,
+        members=members,
     )
 
 
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def held_export(model_dir: str | Path, engine: str = "ctranslate2") -> Path | None:
+    """The export of ``model_dir``'s own weights that it holds under :data:`EXPORTS_FOLDER`.
+
+    An export counts when its export.json names ``engine`` and the sha256 of the weights it was
+    made from equals the one in the model directory's manifest (an export left over from
+    earlier weights is ignored). Of several, int8 first (then int8_float32, float32, float16),
+    then by name.
+
+    Args:
+        model_dir: a model directory.
+        engine: the export's engine.
+
+    Returns:
+        The export folder, or None.
+    """
+    path = Path(model_dir)
+    weights = _read_json(path / "manifest.json").get("files", {}).get("model.safetensors")
+    folder = path / EXPORTS_FOLDER
+    if not weights or not folder.is_dir():
+        return None
+    found = []
+    for export in sorted(folder.iterdir()):
+        info = _read_json(export / "export.json")
+        source = info.get("source_model") or {}
+        if info.get("engine") == engine and source.get("weights_sha256") == weights:
+            q = info.get("quantization", "none")
+            found.append((_PREFERRED.index(q) if q in _PREFERRED else len(_PREFERRED), export))
+    return min(found)[1] if found else None
+
+
+def choose_engine(model_dirs: list[str | Path], engine: str | None) -> tuple[str, list[Path]]:
+    """The engine to serve with and the folder(s) it reads.
+
+    ``engine`` None chooses: an export folder's own engine; for one model directory, the
+    CTranslate2 export it holds (:func:`held_export`), else torch; several directories are an
+    ensemble on torch. ``ctranslate2`` or ``onnx`` with a model directory reads the export of
+    that engine it holds.
+
+    Args:
+        model_dirs: the folders on the command line.
+        engine: ``--engine``, or None.
+
+    Raises:
+        UserError: an ensemble on an engine that cannot run one; ``--engine ctranslate2`` or
+            ``onnx`` with a model directory that holds no such export.
+    """
+    dirs = [Path(d) for d in model_dirs]
+    if len(dirs) > 1:
+        if engine not in (None, "torch", "torch-nocache", "torch-bf16", "torch-int8"):
+            raise UserError(f"an ensemble is served with --engine torch, not {engine}")
+        return engine or "torch", dirs
+    (path,) = dirs
+    exported = _read_json(path / "export.json").get("engine")
+    if exported:  # an export folder
+        return engine or str(exported), dirs
+    if engine in (None, "ctranslate2", "onnx"):
+        held = held_export(path, engine or "ctranslate2")
+        if held is not None:
+            return engine or "ctranslate2", [held]
+        if engine is not None:
+            raise UserError(
+                f"{path} is a model directory and holds no {engine} export of its weights "
+                f"(make one with `seq2seq export {path} --format {engine} --out "
+                f"{path / EXPORTS_FOLDER / engine}`), or give the export folder itself"
+            )
+    return engine or "torch", dirs
+
+
 def load_translator(
-    model_dir: str | Path,
+    model_dir: str | Path | list[Path],
     *,
     engine: str,
     device: str,
@@ -108,7 +222,8 @@ def load_translator(
     every engine call (:func:`seq2seq.serve.batcher.engine_thread` says why).
 
     Args:
-        model_dir: a model directory, or an export folder for ``ctranslate2`` / ``onnx``.
+        model_dir: a model directory, or an export folder for ``ctranslate2`` / ``onnx``; a
+            list of several model directories: an ensemble.
         engine: the Translator's engine.
         device: torch device (cpu, cuda).
         search: search-option defaults (None = the model's config), as ``seq2seq translate``.
@@ -121,8 +236,10 @@ def load_translator(
     def load():
         from seq2seq.decode import Translator
 
-        translator = Translator.load(model_dir, device=device, engine=engine, **search)
-        info = model_info(translator, model_dir, engine)
+        dirs = model_dir if isinstance(model_dir, list) and len(model_dir) > 1 else None
+        one = model_dir[0] if isinstance(model_dir, list) and not dirs else model_dir
+        translator = Translator.load(dirs or one, device=device, engine=engine, **search)
+        info = model_info(translator, dirs or one, engine)
         translator.translate([info.source])  # warm-up: the first call pays for lazy set-up
         return translator, info
 

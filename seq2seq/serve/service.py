@@ -10,14 +10,18 @@ batch. (Options an engine cannot honour are found by the engine: a 400 for that 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from lxml.etree import LxmlError
 
 from seq2seq.core import UserError
 from seq2seq.decode import TorchEngine, supports
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
+from seq2seq.serve.html import HtmlDocument, RunTranslation
 from seq2seq.serve.logs import log
 from seq2seq.serve.paragraphs import Segments, join_text, split_text
 from seq2seq.serve.stream import SearchStream
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 
     from seq2seq.decode import SearchOptions
     from seq2seq.serve.config import ServeConfig
+    from seq2seq.serve.metrics import ServerMetrics
     from seq2seq.serve.schemas import TranslateRequest
     from seq2seq.serve.served_model import ModelInfo
 
@@ -74,14 +79,21 @@ class TranslationService:
         info: what the server says about the model (its language pair is checked here).
         config: limits and batching.
         executor: the engine thread the batcher runs every engine call on; None: its own.
+        metrics: where to count batches and translated text (None: nothing is counted).
     """
 
     def __init__(
-        self, translator, info: ModelInfo, config: ServeConfig, executor: ThreadPoolExecutor | None
+        self,
+        translator,
+        info: ModelInfo,
+        config: ServeConfig,
+        executor: ThreadPoolExecutor | None,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         self.translator = translator
         self.info = info
         self.config = config
+        self.metrics = metrics
         per_call = getattr(translator.engine, "batches_per_call", 1)
         budget = config.max_batch_tokens or translator.opts.max_tokens * per_call
         engine = translator.engine
@@ -100,6 +112,7 @@ class TranslationService:
             batching=config.batching,
             stream_for=self._stream_for if self.continuous else None,
             executor=executor,
+            on_batch=metrics.batches.observe if metrics is not None else None,
         )
 
     # ---- worker side (runs on the batcher's thread) ---------------------------------------
@@ -211,19 +224,34 @@ class TranslationService:
     # ---- request side (event loop) ---------------------------------------------------------
 
     def check_pair(self, source: str | None, target: str | None) -> str:
-        """The source language to split with; RequestError for a pair the model lacks."""
-        src, tgt = self.info.source, self.info.target
-        s = (source or src).strip().lower()
-        t = (target or tgt).strip().lower()
-        if s == "auto":
-            s = src
-        if (s, t) != (src, tgt):
+        """The source language to split with; RequestError for a pair the model lacks.
+
+        A missing source or target is the first direction's; ``auto`` must have been resolved
+        by the caller (:mod:`seq2seq.serve.detect`)."""
+        s = (source or self.info.source).strip().lower()
+        t = (target or self.info.target).strip().lower()
+        if (s, t) not in self.info.directions:
+            pairs = ", ".join(f"{a}->{b}" for a, b in self.info.directions)
             raise RequestError(
-                400,
-                f"language pair {s}->{t} is not supported; this server translates "
-                f"{src}->{tgt} (supported pairs: {src}->{tgt})",
+                400, f"language pair {s}->{t} is not supported (supported pairs: {pairs})"
             )
         return s
+
+    def check_queue(self, n_sentences: int) -> None:
+        """Backpressure: RequestError 503 when queueing ``n_sentences`` more would pass
+        ``--max-queue`` (a request never waits behind an unbounded queue). The app answers it
+        with ``Retry-After``: the seconds the engine needs for the queue at its pace so far."""
+        bound = self.config.max_queue
+        queued = self.batcher.stats.queued_sentences
+        if bound and queued and queued + n_sentences > bound:
+            s = self.batcher.stats
+            pace = s.sentences / s.busy_seconds if s.busy_seconds > 0 else 0.0
+            wait = max(1, math.ceil(queued / pace)) if pace > 0 else 1
+            raise RequestError(
+                503,
+                f"the server is busy ({queued:,} sentences queued); retry in {wait} s",
+                retry_after=wait,
+            )
 
     def options(self, **overrides: Any) -> SearchOptions:
         opts = {k: v for k, v in overrides.items() if v is not None}
@@ -248,16 +276,19 @@ class TranslationService:
         split: bool,
         field: str,
         whole: frozenset[int] | set[int] = frozenset(),
+        totals: bool = True,
     ) -> list[_Text]:
         """Cut every text into sentences and check the request against the limits.
 
-        ``whole``: indices of texts not cut into sentences (constrained texts)."""
+        ``whole``: indices of texts not cut into sentences (constrained texts). ``totals``:
+        False skips the per-request limits (characters, sentences) for a file, which has its
+        own size limit; the per-sentence limit still holds."""
         cfg = self.config
         total = 0
         for i, text in enumerate(texts):
             check_unicode(text, field if len(texts) == 1 else f"{field}[{i}]")
             total += len(text)
-        if total > cfg.max_chars:
+        if totals and total > cfg.max_chars:
             raise RequestError(
                 400, f"request has {total:,} characters; the limit is {cfg.max_chars:,}"
             )
@@ -268,7 +299,7 @@ class TranslationService:
             segments = split_text(text, language=language, split=split and k not in whole)
             out.append(_Text(segments, start))
             start += len(segments.sentences)
-            if start > cfg.max_sentences:
+            if totals and start > cfg.max_sentences:
                 raise RequestError(
                     400,
                     f"request has more than {cfg.max_sentences:,} sentences "
@@ -310,15 +341,101 @@ class TranslationService:
                 sentences.extend([constrained[k]] * len(t.segments.sentences))
             else:
                 sentences.extend(t.segments.sentences)
+        self.check_queue(len(sentences))
         try:
             key = _Options(opts, alignments, constrained=bool(constrained))
-            return await self.batcher.translate(sentences, key)
+            results = await self.batcher.translate(sentences, key)
         except EngineFailure as e:
             if isinstance(e.original, UserError):  # options this engine cannot honour
                 raise RequestError(400, str(e.original)) from None
             raise RequestError(500, str(e)) from None
         except BatcherClosed as e:
             raise RequestError(503, str(e)) from None
+        if self.metrics is not None:
+            self.metrics.translated([_text_of(x) for x in sentences])
+        return results
+
+    @property
+    def can_align(self) -> bool:
+        """Whether the engine gives word alignments (cross-attention)."""
+        return not getattr(self.translator.engine, "no_attention", None)
+
+    def check_size(self, texts: list[str], *, field: str) -> None:
+        """RequestError 400 for texts over ``--max-chars`` (``--char-limit``) together."""
+        total = sum(len(t) for t in texts)
+        if total > self.config.max_chars:
+            raise RequestError(
+                400, f"request has {total:,} characters; the limit is {self.config.max_chars:,}"
+            )
+        for i, text in enumerate(texts):
+            check_unicode(text, field if len(texts) == 1 else f"{field}[{i}]")
+
+    async def translate_libre(
+        self, texts: list[str], language: str, alternatives: int
+    ) -> tuple[list[str], list[list[str]]]:
+        """LibreTranslate's text translation: per text its translation and up to
+        ``alternatives`` other ones (the n-best list's distinct texts)."""
+        if alternatives:
+            base = self.translator.opts
+            opts = self.options(
+                method="beam" if base.method == "greedy" else base.method,
+                beam_size=max(base.beam_size, alternatives + 1),
+                nbest=alternatives + 1,
+            )
+        else:
+            opts = self.options(nbest=1)
+        split = self.split(texts, language=language, split=True, field="q")
+        results = await self.translate(split, opts)
+        out = [self.joined(t, results) for t in split]
+        alts = []
+        for text, best in zip(split, out):
+            seen, mine = {best, ""}, []
+            for k in range(1, opts.nbest):
+                alt = self.joined(text, results, k)
+                if alt not in seen:
+                    seen.add(alt)
+                    mine.append(alt)
+            alts.append(mine[:alternatives])
+        return out, alts
+
+    async def translate_html(
+        self, texts: list[str], *, language: str, field: str, totals: bool = True
+    ) -> list[str]:
+        """Each HTML text translated with its markup kept (:mod:`seq2seq.serve.html`)."""
+        if not any(t.strip() for t in texts):
+            raise RequestError(400, f"empty text: {field} has nothing to translate")
+        try:
+            docs = [HtmlDocument(t, inline=self.can_align) for t in texts]
+        except (ValueError, LxmlError) as e:  # what lxml cannot parse at all
+            raise RequestError(400, f"{field} is not HTML that can be parsed: {e}") from None
+        runs = [r for d in docs for r in d.texts]
+        if not runs:
+            return [d.apply([]) for d in docs]
+        align = self.can_align and any(d.needs_alignments for d in docs)
+        split = self.split(runs, language=language, split=True, field=field, totals=totals)
+        results = await self.translate(split, self.options(nbest=1), alignments=align)
+        done = []
+        for t in split:
+            hyps = [results[t.start + j][0] for j in range(len(t.segments.sentences))]
+            done.append(
+                RunTranslation(
+                    [
+                        (s, h.text, h.alignment if align else None)
+                        for s, h in zip(t.segments.sentences, hyps)
+                    ]
+                )
+            )
+        out, start = [], 0
+        for d in docs:
+            out.append(d.apply(done[start : start + len(d.runs)]))
+            start += len(d.runs)
+        return out
+
+    async def translate_file_text(self, text: str, language: str) -> str:
+        """A text file's translation, its layout kept (lines, indentation)."""
+        split = self.split([text], language=language, split=True, field="file", totals=False)
+        results = await self.translate(split, self.options(nbest=1))
+        return self.joined(split[0], results)
 
     async def attention(
         self, sentences: list[str], targets: list[str], layer: int | None, head: int | None

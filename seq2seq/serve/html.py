@@ -1,0 +1,339 @@
+"""``"format": "html"``: translate the text of an HTML document or fragment and keep its markup.
+
+The markup is parsed with lxml (``lxml.html``, libxml2's HTML parser: it reads real-world HTML,
+and entities come in as characters and go out escaped again). Nothing but text changes: every
+element keeps its tag and attributes, comments stay, and the content of ``<script>``,
+``<style>``, ``<noscript>``, ``<template>``, ``<textarea>``, ``<pre>``, ``<svg>``, ``<math>``,
+``<iframe>``, ``<object>``, ``<head>`` (the title too) and of any element with
+``translate="no"`` (or class ``notranslate``) is left as it is.
+
+**Runs.** Text is translated a *run* at a time: the text of one block element (``<p>``,
+``<li>``, ``<td>``, ...) up to its next block child, together with the inline elements inside it
+(``<b>``, ``<a href>``, ``<span>``, ...), so that a sentence with inline markup is translated as
+one sentence. A run's whitespace is collapsed (as a browser shows it), its leading and trailing
+whitespace kept.
+
+**Inline markup in the translation** (:meth:`HtmlDocument.apply`), from the word alignments of
+:mod:`seq2seq.decode.alignments` (source word ``i`` - target word ``j``):
+
+1. Each source word belongs to the innermost inline element holding its first character.
+2. An inline element covers the target words aligned to its source words: from the first to
+   the last of them (one contiguous span, so the element appears once, as in the source).
+3. An element with no aligned word, and an element kept whole (``<br>``, ``<img>``, ``<code>``,
+   ``<kbd>``, ``<var>``, ``<samp>``, or ``translate="no"``: its words are not sent to the model)
+   becomes a point: right after the target word aligned to the last source word before it
+   (the start of the run when there is none).
+4. Spans are made to nest as in the source: a child is clipped to its parent's span; siblings
+   are ordered by where their span starts in the translation (so markup follows a reordering)
+   and a sibling that overlaps the previous one starts where that one ends.
+5. The run is rebuilt from the target words joined by single spaces: text outside every span
+   at its level, each element around its span; spaces at an element's edge stay outside it.
+
+Without alignments (an engine that gives no attention: onnx), every text node is translated on
+its own, as LibreTranslate does, so inline markup splits sentences.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import re
+from dataclasses import dataclass, field
+
+import lxml.html
+
+__all__ = ["HtmlDocument", "RunTranslation"]
+
+_SKIP = frozenset(
+    "script style noscript template textarea pre svg math head title iframe object".split()
+)
+_INLINE = frozenset(
+    "a abbr b bdi bdo big cite del dfn em font i ins label mark q s small span strike strong "
+    "sub sup time tt u".split()
+)
+_WHOLE = frozenset("br wbr img code kbd samp var input".split())  # kept whole, as a point
+_DOCUMENT = re.compile(r"\s*(<!doctype|<html|<\?xml)", re.IGNORECASE)
+_WORD = re.compile(r"\S+")
+
+
+def _tag(el) -> str | None:
+    return el.tag.lower() if isinstance(el.tag, str) else None
+
+
+def _untranslated(el) -> bool:
+    return (
+        _tag(el) in _SKIP
+        or el.get("translate", "").lower() == "no"
+        or "notranslate" in el.get("class", "").split()
+    )
+
+
+def _whole(el) -> bool:
+    return _tag(el) in _WHOLE or (_tag(el) in _INLINE and _untranslated(el))
+
+
+def _inline(el) -> bool:
+    """An element that may sit inside a sentence: inline all the way down."""
+    if _tag(el) is None:
+        return False
+    if _whole(el):
+        return True
+    return _tag(el) in _INLINE and all(_inline(c) for c in el)
+
+
+@dataclass(frozen=True)
+class RunTranslation:
+    """A run's translation, sentence by sentence.
+
+    Attributes:
+        sentences: per sentence of the run, ``(source, translation, pairs)``; ``pairs`` are the
+            sentence's word alignment (``(source word, target word)``, 0-based), or None.
+    """
+
+    sentences: list[tuple[str, str, list[tuple[int, int]] | None]]
+
+
+@dataclass(eq=False)
+class _Run:
+    parent: object
+    owner: object  # the element whose .text (owner is parent) or .tail holds the leading text
+    children: list = field(default_factory=list)  # consecutive inline children of parent
+    raw: str = ""
+    spans: dict = field(default_factory=dict)  # element -> (start, end) characters of raw
+    points: list = field(default_factory=list)  # (element, character offset) kept whole
+    kids: dict = field(default_factory=dict)  # element or None (the run) -> inline children
+
+    @property
+    def text(self) -> str:
+        """The run's text as sent to the model: its words joined by single spaces."""
+        return " ".join(self.raw.split())
+
+
+class HtmlDocument:
+    """An HTML document or fragment, cut into runs of text to translate.
+
+    Args:
+        markup: the HTML (a whole document when it starts with a doctype or ``<html>``).
+        inline: keep sentences with inline markup whole (needs alignments); False: every text
+            node is translated on its own.
+
+    Raises:
+        lxml.etree.ParserError: markup that is no document at all (a lone doctype).
+    """
+
+    def __init__(self, markup: str, *, inline: bool = True) -> None:
+        self.inline = inline
+        self.whole_document = bool(_DOCUMENT.match(markup))
+        if self.whole_document:
+            self.root = lxml.html.document_fromstring(markup)
+            # libxml2 invents an HTML 4 doctype for a document without one: keep only a real one
+            has_doctype = re.match(r"\s*<!doctype", markup, re.IGNORECASE)
+            self._doctype = self.root.getroottree().docinfo.doctype if has_doctype else ""
+        else:
+            self.root = lxml.html.fragment_fromstring(markup, create_parent="div")
+            self._doctype = ""
+        self.runs: list[_Run] = []
+        self._visit(self.root)
+
+    @property
+    def texts(self) -> list[str]:
+        """Per run, the text to translate (never empty)."""
+        return [r.text for r in self.runs]
+
+    @property
+    def needs_alignments(self) -> bool:
+        """Whether some run holds inline markup (and so its translation needs alignments)."""
+        return any(r.children for r in self.runs)
+
+    # ---- reading ---------------------------------------------------------------------------
+
+    def _is_inline(self, el) -> bool:
+        return self.inline and _inline(el)
+
+    def _visit(self, parent) -> None:
+        if _untranslated(parent) or (not self.inline and _whole(parent)):
+            return
+        run = _Run(parent, parent)
+        for child in list(parent):
+            if self._is_inline(child):
+                run.children.append(child)
+                continue
+            self._close(run)
+            if _tag(child) is not None:
+                self._visit(child)
+            run = _Run(parent, child)
+        self._close(run)
+
+    def _close(self, run: _Run) -> None:
+        raw: list[str] = []
+        size = 0
+
+        def emit(text: str | None) -> None:
+            nonlocal size
+            if text:
+                raw.append(text)
+                size += len(text)
+
+        def walk(el, container) -> None:
+            run.kids.setdefault(container, []).append(el)
+            if _whole(el):
+                run.points.append((el, size))
+                if _tag(el) == "br":
+                    emit(" ")  # a line break separates words
+                return
+            start = size
+            emit(el.text)
+            for c in el:
+                walk(c, el)
+                emit(c.tail)
+            run.spans[el] = (start, size)
+
+        emit(run.owner.text if run.owner is run.parent else run.owner.tail)
+        for child in run.children:
+            walk(child, None)
+            emit(child.tail)
+        run.raw = "".join(raw)
+        if run.text:
+            self.runs.append(run)
+
+    # ---- writing ---------------------------------------------------------------------------
+
+    def apply(self, translations: list[RunTranslation | None]) -> str:
+        """The document with each run replaced by its translation (None: left as it is).
+
+        Args:
+            translations: one per run (:attr:`texts`), in order.
+
+        Returns:
+            The translated HTML.
+        """
+        if len(translations) != len(self.runs):
+            raise ValueError(f"{len(translations)} translations for {len(self.runs)} runs")
+        for run, tr in zip(self.runs, translations):
+            if tr is not None:
+                self._rebuild(run, tr)
+        return self._serialize()
+
+    def _rebuild(self, run: _Run, tr: RunTranslation) -> None:
+        lead = run.raw[: len(run.raw) - len(run.raw.lstrip())]
+        trail = run.raw[len(run.raw.rstrip()) :] if run.raw.strip() else ""
+        words = [m.start() for m in _WORD.finditer(run.raw)]  # source words' first characters
+        target: list[str] = []
+        align: dict[int, list[int]] = {}  # source word -> target words (run-wide indices)
+        src_at = 0
+        for source, translation, pairs in tr.sentences:
+            n_src, t_words = len(source.split()), translation.split()
+            for i, j in pairs or ():
+                if 0 <= i < n_src and 0 <= j < len(t_words):
+                    align.setdefault(src_at + i, []).append(len(target) + j)
+            src_at += n_src
+            target.extend(t_words)
+        text = " ".join(target)
+        starts, pos = [], 0
+        for w in target:
+            starts.append(pos)
+            pos += len(w) + 1
+
+        def char_span(first: int, last: int) -> tuple[int, int]:
+            return starts[first], starts[last] + len(target[last])
+
+        def point(offset: int) -> int:
+            """After the target word aligned to the last source word before ``offset`` (and
+            after the space that follows it when the source had a space there)."""
+            for k in range(len(words) - 1, -1, -1):
+                if words[k] < offset and align.get(k):
+                    j = max(align[k])
+                    end = starts[j] + len(target[j])
+                    spaced = run.raw[offset - 1 : offset].isspace() and end < len(text)
+                    return end + 1 if spaced else end
+            return 0
+
+        spans: dict = {}
+        for el, (a, b) in run.spans.items():
+            hits = [j for k, s in enumerate(words) if a <= s < b for j in align.get(k, ())]
+            spans[el] = char_span(min(hits), max(hits)) if hits else None
+        padded = set()  # points with a space after them in the source, and before them here
+        for el, offset in run.points:
+            spans[el] = (point(offset), point(offset))
+            if (
+                run.raw[offset : offset + 1].isspace()
+                and text[spans[el][0] - 1 : spans[el][0]] == " "
+            ):
+                padded.add(el)
+        for el, offset in ((e, run.spans[e][0]) for e in run.spans if spans[e] is None):
+            spans[el] = (point(offset), point(offset))
+
+        def place(container, lo: int, hi: int) -> list:
+            """Items (text, element) of ``container``'s span ``[lo, hi)``, elements filled."""
+            kids = run.kids.get(container, [])
+            order = sorted(kids, key=lambda e: (spans[e][0], spans[e][1], kids.index(e)))
+            items: list = []
+            at = lo
+            pad = False
+            for el in order:
+                a, b = spans[el]
+                a = min(max(a, at), hi)
+                b = min(max(b, a), hi)
+                if at < a:
+                    items.append((" " if pad and text[at] != " " else "") + text[at:a])
+                if not _whole(el):
+                    _fill(el, place(el, a, b))
+                items.append(el)
+                at, pad = b, el in padded
+            if at < hi:
+                items.append((" " if pad and text[at] != " " else "") + text[at:hi])
+            return items
+
+        items = place(None, 0, len(text))
+        items = [lead, *items, trail]
+        parent = run.parent
+        index = 0 if run.owner is parent else parent.index(run.owner) + 1
+        for child in run.children:
+            parent.remove(child)
+        head, rest = _leading_text(items)
+        if run.owner is parent:
+            parent.text = head
+        else:
+            run.owner.tail = head
+        _insert(parent, index, rest)
+
+    def _serialize(self) -> str:
+        if self.whole_document:
+            body = lxml.html.tostring(self.root, encoding="unicode", method="html")
+            return (self._doctype + "\n" if self._doctype else "") + body
+        out = [_html.escape(self.root.text or "", quote=False)]
+        out += [lxml.html.tostring(c, encoding="unicode", method="html") for c in self.root]
+        return "".join(out)
+
+
+def _leading_text(items: list) -> tuple[str, list]:
+    """The text before the first element of ``items``, and the rest."""
+    head = []
+    for k, item in enumerate(items):
+        if isinstance(item, str):
+            head.append(item)
+        else:
+            return "".join(head), items[k:]
+    return "".join(head), []
+
+
+def _insert(parent, index: int, items: list) -> None:
+    """Insert ``items`` (elements, each followed by its tail text) at ``parent[index]``."""
+    last = None
+    for item in items:
+        if isinstance(item, str):
+            if last is not None:
+                last.tail = (last.tail or "") + item
+            continue
+        item.tail = None
+        parent.insert(index, item)
+        index += 1
+        last = item
+
+
+def _fill(el, items: list) -> None:
+    """Make ``items`` the whole content of ``el`` (its text, then elements with tails)."""
+    for c in list(el):
+        el.remove(c)
+    head, rest = _leading_text(items)
+    el.text = head or None
+    _insert(el, 0, rest)

@@ -1,0 +1,133 @@
+"""``GET /metrics``: the server's counters in Prometheus' text format (``prometheus-client``).
+
+Each app has its own :class:`~prometheus_client.CollectorRegistry`, not the library's global
+one, so several apps in one process (tests, benchmarks) never share or clash over a metric.
+
+Metrics (all prefixed ``seq2seq_``):
+
+- ``requests_total{route, status}``: requests by route template (``/translate``,
+  ``/download_file/{token}``, ...; ``other`` for paths no route serves) and HTTP status;
+- ``request_seconds{route}``: a latency histogram per route;
+- ``queued_sentences``: sentences waiting for the engine, read when scraped;
+- ``batch_sentences``: a histogram of the sentences per engine batch;
+- ``translated_sentences_total`` and ``translated_characters_total``: source sentences and
+  their characters translated;
+- ``key_requests_total{key}``: requests let through per API key, the key as the first 16 hex
+  digits of its sha256 (a scrape never shows a key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+__all__ = ["CONTENT_TYPE", "MetricsMiddleware", "ServerMetrics", "key_label"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+"""The Prometheus text exposition format."""
+
+_LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+
+def key_label(key: str) -> str:
+    """What ``key_requests_total`` calls a key: the first 16 hex digits of its sha256."""
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
+
+
+class ServerMetrics:
+    """The metrics of one app, in a registry of their own.
+
+    Args:
+        queued: returns the sentences waiting for the engine now (read at each scrape).
+    """
+
+    def __init__(self, queued: Callable[[], float]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "seq2seq_requests", "HTTP requests by route and status", ["route", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "seq2seq_request_seconds",
+            "HTTP request latency by route",
+            ["route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queued = Gauge(
+            "seq2seq_queued_sentences", "Sentences waiting for the engine", registry=r
+        )
+        self.queued.set_function(queued)
+        self.batches = Histogram(
+            "seq2seq_batch_sentences",
+            "Sentences per engine batch",
+            buckets=_BATCH_BUCKETS,
+            registry=r,
+        )
+        self.sentences = Counter(
+            "seq2seq_translated_sentences", "Source sentences translated", registry=r
+        )
+        self.characters = Counter(
+            "seq2seq_translated_characters",
+            "Characters of the source sentences translated",
+            registry=r,
+        )
+        self.key_requests = Counter(
+            "seq2seq_key_requests", "Requests per API key (sha256 prefix)", ["key"], registry=r
+        )
+        self._key_labels: dict[str, str] = {}
+
+    def translated(self, sentences: list[str]) -> None:
+        """Count ``sentences`` (and their characters) as translated."""
+        self.sentences.inc(len(sentences))
+        self.characters.inc(sum(len(s) for s in sentences))
+
+    def key_request(self, key: str) -> None:
+        """Count a request made with ``key``."""
+        label = self._key_labels.get(key)
+        if label is None:
+            label = self._key_labels[key] = key_label(key)
+        self.key_requests.labels(label).inc()
+
+    def render(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)
+
+
+class MetricsMiddleware:
+    """ASGI middleware that counts every HTTP request by route template and status, and
+    times it (a plain ASGI wrapper: no per-request task or body copy).
+
+    Args:
+        app: the ASGI app it wraps.
+        metrics: where to count.
+    """
+
+    def __init__(self, app, metrics: ServerMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500  # an exception that escapes the app becomes a 500
+
+        async def send_status(message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            route = scope.get("route")
+            name = getattr(route, "path", None) or "other"
+            self.metrics.requests.labels(name, str(status)).inc()
+            self.metrics.latency.labels(name).observe(time.perf_counter() - started)
