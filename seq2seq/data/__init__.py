@@ -20,6 +20,9 @@ _HOMES = {
     "get_corpus": "registry",
     "list_corpora": "registry",
     "prepare_corpus": "prepare",
+    "resolve_direction": "tags",
+    "tag_for": "tags",
+    "tag_source": "tags",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

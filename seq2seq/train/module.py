@@ -185,6 +185,7 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         self.tokenizer = None
         self.valid_src_text: list[str] | None = None
         self.valid_ref_text: list[str] | None = None
+        self.valid_directions: list[str] | None = None  # multilingual: each pair's direction
         # training bookkeeping (all reset per optimizer step unless noted)
         self._acc: Tensor | None = None  # (3,) loss sum, nll sum, target tokens
         self._local_nonfinite = False
@@ -220,6 +221,8 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         self.tokenizer = dm.tokenizer
         self.valid_src_text = list(dm.valid_src_text) if dm.valid_src_text is not None else None
         self.valid_ref_text = list(dm.valid_ref_text) if dm.valid_ref_text is not None else None
+        directions = getattr(dm, "valid_directions", None)
+        self.valid_directions = list(directions) if directions is not None else None
         if self.model is None:
             self._build(dm.tokenizer.src_vocab_size, dm.tokenizer.tgt_vocab_size)
         elif (self.model.src_vocab_size, self.model.tgt_vocab_size) != (
