@@ -230,9 +230,10 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     if (model_dir / "manifest.json").is_file():
         print(f"\n[train] {model_dir} is complete; skipping")
     elif (model_dir / "checkpoints" / "last.ckpt").is_file():
+        # the user's overrides again: a resume may change the training section (threads, ...)
         _stage(
-            ["train", "--resume", model, *mirror],
-            _train, model, resume=True, config=None, overrides=[], mirror=mirror_dir,
+            ["train", "--resume", model, *mirror, *overrides],
+            _train, model, resume=True, config=None, overrides=overrides, mirror=mirror_dir,
         )  # fmt: skip
     else:
         _stage(

@@ -89,7 +89,9 @@ def resolve_direction(
     known = f"the model translates {_listing(directions)}"
     fits = [(s, t) for s, t in directions if src in (None, s) and tgt in (None, t)]
     if not fits:
-        asked = f"{src or '?'}-{tgt or '?'}"
+        sources = {s for s, _ in directions}
+        shown = src or (next(iter(sources)) if len(sources) == 1 else "?")
+        asked = f"{shown}-{tgt or '?'}"
         raise UserError(f"the model does not translate {asked}; {known}")
     targets = {t for _, t in fits}
     if len(targets) > 1:

@@ -72,6 +72,11 @@ class Translator:
             ``max_src_positions - 1`` pieces + EOS.
         opts: default search options (per-call overrides are allowed).
         cfg: the model's experiment config, when known (kept for callers such as evaluate).
+
+    Attributes:
+        source_lang: The direction used when a call names none (the command line's
+            ``--source-lang``; set it with :meth:`set_direction`).
+        target_lang: As ``source_lang``, ``--target-lang``.
     """
 
     def __init__(
@@ -93,6 +98,8 @@ class Translator:
         self.opts = opts
         self.cfg = cfg
         self.eos_id = EOS_ID
+        self.source_lang: str | None = None
+        self.target_lang: str | None = None
 
     @classmethod
     def load(
@@ -284,6 +291,10 @@ class Translator:
 
         return resolve_direction(self.directions, source_lang, target_lang)
 
+    def set_direction(self, source_lang: str | None, target_lang: str | None) -> None:
+        """Check a direction (:meth:`direction`) and make it the default of every call."""
+        self.source_lang, self.target_lang = self.direction(source_lang, target_lang)
+
     def tag(
         self,
         sentences: list[str],
@@ -296,6 +307,8 @@ class Translator:
         same list), once the direction is checked."""
         from seq2seq.data import tag_source
 
+        if source_lang is None and target_lang is None:
+            source_lang, target_lang = self.source_lang, self.target_lang
         _, tgt = self.direction(source_lang, target_lang)
         if not self.multilingual:
             return sentences
