@@ -1,5 +1,6 @@
-"""Data: the corpus registry, its downloads and preparation, cleaning, SentencePiece, parallel
-text, the binarized token store, token-bucket batching and the LightningDataModule.
+"""Data: the corpus registry, its downloads and preparation, cleaning, SentencePiece, language
+tags and multilingual directions, parallel text, the binarized token store, token-bucket batching
+and the LightningDataModule.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
