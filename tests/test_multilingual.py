@@ -443,3 +443,34 @@ def test_tiny_multilingual_model_end_to_end(tmp_path, mirror):
     sc = _cli("score", str(out), "--src", str(src), "--tgt", str(src), "--target-lang", "de")
     assert sc.returncode == 0, sc.stderr
     assert len(sc.stdout.splitlines()) == 2
+
+
+def test_the_native_api_takes_source_lang_and_target_lang(tagged_model):
+    import asyncio
+
+    import httpx
+
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.served_model import model_info
+
+    translator = Translator.load(tagged_model)
+    app = create_app(translator, info=model_info(translator, tagged_model, "torch"))
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+                post = client.post
+                return (
+                    await post("/v1/translate", json={"text": TEST, "target_lang": "rv"}),
+                    await post("/v1/translate", json={"text": TEST[0], "target_lang": "cp"}),
+                    await post("/v1/translate", json={"text": TEST[0], "target_lang": "fr"}),
+                )
+
+    rv, cp, unknown = asyncio.run(main())
+    assert rv.status_code == 200 and cp.status_code == 200
+    texts = [t["text"] for t in rv.json()["translations"]]
+    assert texts == translator.translate(TEST, target_lang="rv")
+    assert cp.json()["translations"][0]["text"] == TEST[0]
+    assert unknown.status_code == 400
+    assert "the model translates xx-cp, xx-rv" in unknown.json()["error"]
