@@ -99,6 +99,14 @@ def checked_options(**options: object) -> dict:
     return options
 
 
+def add_direction_args(p: argparse.ArgumentParser) -> None:
+    """``--source-lang`` / ``--target-lang`` of translate, evaluate and score: a multilingual
+    model's direction (checked against the model's; optional for a bilingual model)."""
+    g = p.add_argument_group("direction (a multilingual model needs --target-lang)")
+    g.add_argument("--source-lang", metavar="LANG", help="language of the input, e.g. en")
+    g.add_argument("--target-lang", metavar="LANG", help="language to translate into, e.g. fr")
+
+
 def search_overrides(args: argparse.Namespace) -> dict:
     """The search options of :func:`add_search_args` as keyword arguments (None: unset), each
     checked (:func:`checked_options`)."""

@@ -6,6 +6,7 @@ import os
 
 from seq2seq.cli.arguments import (
     add_command,
+    add_direction_args,
     add_search_args,
     search_overrides,
     set_threads,
@@ -68,6 +69,7 @@ def add_evaluate(sub) -> None:
         "--tokenized-lc (compares a raw-text model with the papers)",
     )
     add_search_args(p)
+    add_direction_args(p)
     p.set_defaults(run=_run_evaluate)
 
 
@@ -98,6 +100,8 @@ def _run_evaluate(args) -> int:
         device=args.device,
         engine=args.engine,
         warn=warner("evaluate"),
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
         **search,
     )
     print_evaluation(result)

@@ -64,6 +64,8 @@ def add_plot(sub) -> None:
     a.add_argument("--size", help="WIDTHxHEIGHT in inches (default: grows with the sentence)")
     a.add_argument("--dpi", type=float, default=100, help="pixels per inch (default: 100)")
     a.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    a.add_argument("--source-lang", metavar="LANG", help="a multilingual model's source language")
+    a.add_argument("--target-lang", metavar="LANG", help="a multilingual model's target language")
     a.set_defaults(run=_run_plot_attention)
 
 
@@ -92,7 +94,15 @@ def _run_plot_attention(args) -> int:
         input_dirs=[("model directory", args.model_dir)], output_files=[("-o", args.output)]
     )
     loaded = load_model_dir(args.model_dir, device=args.device)
-    maps = attention_maps(loaded, args.text, layer=args.layer, head=args.head, target=args.target)
+    maps = attention_maps(
+        loaded,
+        args.text,
+        layer=args.layer,
+        head=args.head,
+        target=args.target,
+        source_lang=args.source_lang,
+        target_lang=args.target_lang,
+    )
     path = plot_attention(maps, args.output, size=size, dpi=args.dpi)
     print(f"{maps.source}\t{maps.translation}")
     print(f"wrote {path}", file=sys.stderr)

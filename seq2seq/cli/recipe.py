@@ -93,10 +93,18 @@ def _average(model_dir: str, *, n: int, out: str) -> None:
 
 
 def _evaluate(
-    model_dir: str, *, src: str, ref: str, out_dir: str, flags: list[str], mirror: str | None
+    model_dir: str,
+    *,
+    src: str,
+    ref: str,
+    out_dir: str,
+    flags: list[str],
+    mirror: str | None,
+    direction: tuple[str, str] | None = None,
 ) -> None:
     """``seq2seq evaluate MODEL_DIR --src SRC --ref REF --out-dir OUT_DIR [FLAGS]``; ``flags``:
-    ``--tokenized-lc``, ``--moses-lc`` or neither."""
+    ``--tokenized-lc``, ``--moses-lc`` or neither; ``direction``: a multilingual model's
+    ``--source-lang`` and ``--target-lang``."""
     from seq2seq.evaluate import evaluate
 
     check_paths(
@@ -112,6 +120,8 @@ def _evaluate(
         tokenized_lc="--tokenized-lc" in flags,
         moses_lc="--moses-lc" in flags,
         warn=warner("evaluate"),
+        source_lang=direction[0] if direction else None,
+        target_lang=direction[1] if direction else None,
     )
     print_evaluation(result)
 
@@ -171,10 +181,13 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
         raise UserError(
             f"{args.config} trains on {cfg.data.corpus}, not {corpus}; use recipes/{script}.py"
         )
+    multilingual = cfg.data.multilingual
+    if multilingual and args.pair:
+        raise UserError(f"{args.config} is multilingual (data.pairs): it takes no --pair")
     args.pair = cfg.data.pair
+    directions = list(cfg.data.directions) if multilingual else [tuple(args.pair.split("-"))]
     out = Path(args.out)
     model_dir, averaged_dir = out / "model", out / "averaged"
-    src_lang, tgt_lang = args.pair.split("-")
     # a model trained on tokenized lowercased text (Multi30K tok, IWSLT14 fairseq) is scored
     # with --tokenized-lc; a raw-text one both detokenized and --moses-lc
     tokenized_lc = corpus != "files" and cfg.data.variant in get_corpus(corpus).tokenized_variants
@@ -183,7 +196,7 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
 
     # ---- corpus: every split the source (internet or mirror) has --------------------------
     corpus_dir = out / "corpus"
-    splits = {}
+    splits = {}  # (direction, split) -> (source file, reference file)
     if corpus == "files":
         # the user's files (line-aligned pairs or tab-separated): checked now, read by train
         from seq2seq.data import TranslationDataModule
@@ -192,26 +205,24 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
         for split in (cfg.data.train_split, cfg.data.valid_split):
             files_dm.split_files(split)  # a prefix must be set: a clear error now, not in train
         for split in cfg.data.test_splits:
-            splits[split] = files_dm.test_files(split)
-    for split in () if corpus == "files" else (
-        cfg.data.train_split, cfg.data.valid_split, *cfg.data.test_splits
-    ):  # fmt: skip
-        try:
-            files = prepare_corpus(
-                cfg.data.corpus,
-                args.pair,
-                corpus_dir,
-                variant=cfg.data.variant,
-                splits=[split],
-                mirror=args.mirror,
-            )
-        except UserError as e:
-            if split in (cfg.data.train_split, cfg.data.valid_split):
-                raise
-            print(f"skipping test split {split}: {e}")
-            continue
-        splits.update(files)
-    test_splits = [s for s in cfg.data.test_splits if s in splits]
+            splits[directions[0], split] = files_dm.test_files(split)
+    for direction in () if corpus == "files" else directions:
+        for split in (cfg.data.train_split, cfg.data.valid_split, *cfg.data.test_splits):
+            try:
+                files = prepare_corpus(
+                    cfg.data.corpus,
+                    "-".join(direction),
+                    corpus_dir,
+                    variant=cfg.data.variant,
+                    splits=[split],
+                    mirror=args.mirror,
+                )
+            except UserError as e:
+                if split in (cfg.data.train_split, cfg.data.valid_split):
+                    raise
+                print(f"skipping test split {split} ({'-'.join(direction)}): {e}")
+                continue
+            splits.update({(direction, k): v for k, v in files.items()})
 
     # ---- SentencePiece + binarized data + training (seq2seq train does all three) ----------
     started = time.time()
@@ -219,9 +230,10 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     if (model_dir / "manifest.json").is_file():
         print(f"\n[train] {model_dir} is complete; skipping")
     elif (model_dir / "checkpoints" / "last.ckpt").is_file():
+        # the user's overrides again: a resume may change the training section (threads, ...)
         _stage(
-            ["train", "--resume", model, *mirror],
-            _train, model, resume=True, config=None, overrides=[], mirror=mirror_dir,
+            ["train", "--resume", model, *mirror, *overrides],
+            _train, model, resume=True, config=None, overrides=overrides, mirror=mirror_dir,
         )  # fmt: skip
     else:
         _stage(
@@ -251,22 +263,29 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     scorings = [("tok-lc", ["--tokenized-lc"], "")] if tokenized_lc else [
         ("detok", [], ""), ("moses-lc", ["--moses-lc"], ".moses-lc"),
     ]  # fmt: skip
-    eval_dir = str(out / "eval")
-    results = []
-    for split in test_splits:
-        src, ref = str(splits[split][0]), str(splits[split][1])
-        for scoring, flags, suffix in scorings:
-            # evaluate names its outputs by --src (and .moses-lc)
-            scores_json = out / "eval" / f"{Path(src).name}{suffix}.json"
-            if not scores_json.is_file():
-                _stage(
-                    ["evaluate", averaged, "--src", src, "--ref", ref, "--out-dir", eval_dir,
-                     *flags],
-                    _evaluate, averaged, src=src, ref=ref, out_dir=eval_dir, flags=flags,
-                    mirror=mirror_dir,
-                )  # fmt: skip
-            scores = json.loads(scores_json.read_text(encoding="utf-8"))["scores"]
-            results.append((split if corpus != "files" else Path(src).stem, scoring, scores))
+    results = []  # (direction, split, scoring, scores, hypothesis file)
+    for direction in directions:
+        # a multilingual model's directions share source files: one folder each
+        eval_path = out / "eval" / "-".join(direction) if multilingual else out / "eval"
+        langs = ["--source-lang", direction[0], "--target-lang", direction[1]]
+        for split in cfg.data.test_splits:
+            if (direction, split) not in splits:
+                continue
+            src, ref = (str(p) for p in splits[direction, split])
+            for scoring, flags, suffix in scorings:
+                # evaluate names its outputs by --src (and .moses-lc)
+                scores_json = eval_path / f"{Path(src).name}{suffix}.json"
+                if not scores_json.is_file():
+                    _stage(
+                        ["evaluate", averaged, "--src", src, "--ref", ref, "--out-dir",
+                         str(eval_path), *flags, *(langs if multilingual else [])],
+                        _evaluate, averaged, src=src, ref=ref, out_dir=str(eval_path),
+                        flags=flags, mirror=mirror_dir,
+                        direction=direction if multilingual else None,
+                    )  # fmt: skip
+                scored = json.loads(scores_json.read_text(encoding="utf-8"))
+                name = split if corpus != "files" else Path(src).stem
+                results.append((direction, name, scoring, scored["scores"], scored["hyp"]))
 
     # ---- export for inference ---------------------------------------------------------------
     export_dir = out / "export" / "ctranslate2"
@@ -284,21 +303,53 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
     from seq2seq.decode import Translator
 
     translator = Translator.load(averaged_dir)
-    examples = example_sentences(src_lang, tokenized_lc=tokenized_lc)
     print("\nexample translations:")
-    for line, hyp in zip(examples, translator.translate(examples)):
-        print(f"  {line}\n  -> {hyp}")
+    for src_lang, tgt_lang in directions:
+        examples = example_sentences(src_lang, tokenized_lc=tokenized_lc)[
+            : 1 if multilingual else 2
+        ]
+        hyps = translator.translate(
+            examples, **({"source_lang": src_lang, "target_lang": tgt_lang} if multilingual else {})
+        )
+        for line, hyp in zip(examples, hyps):
+            print(f"  {line}\n  -> {hyp}" + (f"  ({src_lang}-{tgt_lang})" if multilingual else ""))
 
     print("\nresults:")
     lines = []
-    for split, scoring, scores in results:
+    for (src_lang, tgt_lang), split, scoring, scores, _ in results:
         line = (
-            f"{corpus}\t{args.pair}\t{split}\t{Path(args.config).stem}\t"
+            f"{corpus}\t{src_lang}-{tgt_lang}\t{split}\t{Path(args.config).stem}\t"
             f"BLEU {scores['bleu']:.2f}\tchrF {scores['chrf']:.2f}\t"
             f"TER {scores['ter']:.2f}\t{scores['bleu_signature']}\t{scoring}"
         )
         lines.append(line)
         print("  " + line)
     (out / "results.tsv").write_text("".join(x + "\n" for x in lines), encoding="utf-8")
+    if multilingual:
+        print_direction_table(results, languages=sorted({x for d in directions for x in d}))
     if train_minutes > 0.1:
         print(f"training took {train_minutes:.1f} minutes")
+
+
+def print_direction_table(results: list, *, languages: list[str]) -> None:
+    """A multilingual model's test scores, one row per direction and test split: BLEU and chrF
+    cased (sacreBLEU 13a) and ``--moses-lc``, and the share of outputs py3langid (restricted to
+    the model's ``languages``) identifies as the target language."""
+    from seq2seq.data import LanguageIdentifier
+
+    identifier = LanguageIdentifier(languages, purpose="the share of outputs in the asked language")
+    rows: dict[tuple, dict] = {}
+    for direction, split, scoring, scores, hyp in results:
+        row = rows.setdefault((direction, split), {})
+        row[scoring] = scores
+        if "langid" not in row:
+            texts = [t for t in Path(hyp).read_text(encoding="utf-8").split("\n") if t.strip()]
+            row["langid"] = 100 * identifier.share(texts, direction[1]) if texts else 0.0
+    print("\ndirection  split               BLEU  chrF  BLEU(lc)  chrF(lc)  in target language")
+    for ((src_lang, tgt_lang), split), row in rows.items():
+        cased, lc = row.get("detok", row.get("tok-lc")), row.get("moses-lc")
+        cells = [f"{src_lang}-{tgt_lang}".ljust(10), split.ljust(18)]
+        cells += [f"{cased['bleu']:5.2f}", f"{cased['chrf']:5.2f}"] if cased else ["    -"] * 2
+        cells += [f"{lc['bleu']:8.2f}", f"{lc['chrf']:8.2f}"] if lc else ["       -"] * 2
+        cells.append(f"{row['langid']:16.1f}%")
+        print("  ".join(cells))

@@ -8,6 +8,7 @@ import sys
 
 from seq2seq.cli.arguments import (
     add_command,
+    add_direction_args,
     add_search_args,
     checked_options,
     search_overrides,
@@ -99,6 +100,7 @@ def add_translate(sub) -> None:
         help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET",
     )
     add_search_args(p)
+    add_direction_args(p)
     p.set_defaults(run=_run_translate)
 
 
@@ -140,6 +142,7 @@ def _run_translate(args) -> int:
     if args.output:
         args.on_stop = f"{args.output}.partial holds the lines so far: rerun with --resume"
     translator = Translator.load(args.model_dir, device=args.device, engine=args.engine, **search)
+    translator.set_direction(args.source_lang, args.target_lang)
     record = fingerprint(
         input_path=args.input,
         model_dir=args.model_dir,
@@ -154,6 +157,7 @@ def _run_translate(args) -> int:
             "prefix": args.prefix,
             "avoid": args.avoid,
             "terminology": _file_id(args.terminology),
+            "direction": [translator.source_lang, translator.target_lang],
         },
     )
     with guard(args.output, resume=args.resume, record=record):  # --resume trusts FILE.partial
@@ -209,6 +213,7 @@ def add_score(sub) -> None:
     p.add_argument("--max-tokens", type=int, help="padded tokens per batch")
     p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--threads", type=int, metavar="N", help="CPU threads (default: torch's)")
+    add_direction_args(p)
     p.set_defaults(run=_run_score)
 
 
@@ -225,6 +230,7 @@ def _run_score(args) -> int:
         output_files=[("-o", args.output)],
     )
     scorer = Scorer.load(args.model_dir, device=args.device, max_tokens=args.max_tokens)
+    scorer.set_direction(args.source_lang, args.target_lang)
     len_penalty = args.len_penalty
     if len_penalty is None:
         len_penalty = scorer.cfg.decoding.len_penalty

@@ -66,7 +66,18 @@ class DataConfig:
     corpus: str = "multi30k"
     """Registered corpus name (``seq2seq prepare --list`` shows them) or ``files``."""
     pair: str = "en-de"
-    """``src-tgt`` language pair, e.g. ``en-de``."""
+    """``src-tgt`` language pair, e.g. ``en-de`` (a bilingual model; unused with ``pairs``)."""
+    pairs: str | tuple[str, ...] = ()
+    """The directions of one multilingual model: a list of ``src-tgt`` pairs
+    (``[en-de, de-en, en-fr]``), or ``all`` for every direction among ``languages``. Empty: a
+    bilingual model of ``pair``. A multilingual model puts a target-language tag (``<2fr>``,
+    :mod:`seq2seq.data.tags`) before each source sentence (docs/multilingual.md)."""
+    languages: tuple[str, ...] = ()
+    """With ``pairs: all``: the languages, every ordered pair of which is a direction."""
+    sampling_temperature: float = 1.0
+    """Multilingual training: direction i is sampled with probability proportional to
+    ``(n_i / N) ** (1 / T)`` (fairseq's multilingual task): 1 keeps the data's proportions,
+    larger values flatten them towards uniform (seq2seq/data/directions.py)."""
     variant: str = "raw"
     """Corpus variant: ``raw`` (cased, untokenized), ``tok`` (Multi30K lowercased tokenized),
     ``fairseq`` (IWSLT14 as fairseq's prepare-iwslt14.sh writes it), ``norm`` (WMT14 training text
@@ -120,20 +131,65 @@ class DataConfig:
     num_workers: int = 0
 
     @property
+    def multilingual(self) -> bool:
+        """Whether this is a multilingual (tagged) model: ``pairs`` is given."""
+        return bool(self.pairs)
+
+    @property
     def directions(self) -> tuple[tuple[str, str], ...]:
         """The ``(source, target)`` language directions the data describes, lowercased.
 
-        A bilingual config has one, from ``pair``. Everything that asks which languages a
-        model translates (the server's ``/languages``, direction checks) reads this.
+        A bilingual config has one, from ``pair``; a multilingual one those ``pairs`` lists
+        (or, with ``pairs: all``, every ordered pair of ``languages``, in their order).
+        Everything that asks which directions a model translates (the server's ``/languages``,
+        direction checks, the data module, per-direction validation) reads this.
         """
-        src, sep, tgt = self.pair.partition("-")
-        if not sep or not src or not tgt:
-            return ()
-        return ((src.lower(), tgt.lower()),)
+        if self.pairs == "all":
+            langs = [lang.lower() for lang in self.languages]
+            return tuple((a, b) for a in langs for b in langs if a != b)
+        named = (self.pairs,) if isinstance(self.pairs, str) else self.pairs
+        found = []
+        for pair in named or (self.pair,):
+            src, sep, tgt = pair.partition("-")
+            if not sep or not src or not tgt:
+                return ()
+            found.append((src.strip().lower(), tgt.strip().lower()))
+        return tuple(found)
+
+    def _validate_directions(self, prefix: str) -> None:
+        _positive(prefix, self, "sampling_temperature")
+        if self.pairs == ():
+            if self.languages:
+                raise InvalidValue(prefix + "languages", "is used only with data.pairs: all")
+            return
+        if isinstance(self.pairs, str) and self.pairs != "all":
+            raise InvalidValue(
+                prefix + "pairs", f"is {self.pairs!r}; expected all or a list of src-tgt pairs"
+            )
+        if self.pairs == "all" and len(set(self.languages)) < 2:
+            raise InvalidValue(
+                prefix + "languages",
+                f"must name at least two languages for pairs: all, got {list(self.languages)}",
+            )
+        if self.corpus == "files":
+            raise InvalidValue(prefix + "pairs", "needs a registered corpus, not corpus: files")
+        if self.langid:
+            raise InvalidValue(prefix + "langid", "cleans bilingual data only (data.pair)")
+        seen = set()
+        for item in () if self.pairs == "all" else self.pairs:
+            src, sep, tgt = item.partition("-")
+            if not sep or not src.strip() or not tgt.strip() or src.strip() == tgt.strip():
+                raise InvalidValue(
+                    prefix + "pairs", f"has {item!r}; expected src-tgt with two languages (en-de)"
+                )
+            if item.lower() in seen:
+                raise InvalidValue(prefix + "pairs", f"lists {item!r} twice")
+            seen.add(item.lower())
 
     def validate(self, prefix: str = "data.") -> None:
         """Refuse values that cannot work, naming the key (:class:`InvalidValue`)."""
         _choice(prefix, "spm_type", self.spm_type, ("bpe", "unigram"))
+        self._validate_directions(prefix)
         _choice(prefix, "dedup", self.dedup, ("none", "pairs", "sources"))
         _at_least(prefix, self, 8, "vocab_size")
         _at_least(prefix, self, 1, "spm_max_sentences", "max_len", "max_tokens", "bucket_width")
@@ -217,6 +273,11 @@ class TrainingConfig:
     min_lr: float = 0.0
     """Where the ``linear`` and ``cosine`` schedules end, at ``max_steps``."""
     label_smoothing: float = 0.1
+    rdrop_alpha: float = 0.0
+    """R-Drop (Liang et al., 2021): each batch runs through the model twice (two dropout
+    masks) and the loss adds ``rdrop_alpha`` times the symmetric KL divergence between the two
+    passes' token distributions (0 = off; seq2seq/model/loss.py, ``rdrop_loss``). Doubles the
+    cost of an update."""
     clip_norm: float = 0.0
     """Gradient clipping by global norm (0 = off)."""
     accumulate: int = 1
@@ -301,7 +362,7 @@ class TrainingConfig:
                 )
         _at_least(prefix, self, 1, "num_nodes")
         _positive(prefix, self, "eps")
-        _at_least(prefix, self, 0, "weight_decay", "clip_norm")
+        _at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha")
         for i, beta in enumerate(self.betas):
             if not 0.0 <= beta < 1.0:
                 raise InvalidValue(

@@ -1,5 +1,6 @@
-"""Data: the corpus registry, its downloads and preparation, cleaning, SentencePiece, parallel
-text, the binarized token store, token-bucket batching and the LightningDataModule.
+"""Data: the corpus registry, its downloads and preparation, cleaning, SentencePiece, language
+tags and multilingual directions, parallel text, the binarized token store, token-bucket batching
+and the LightningDataModule.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
@@ -20,6 +21,9 @@ _HOMES = {
     "get_corpus": "registry",
     "list_corpora": "registry",
     "prepare_corpus": "prepare",
+    "resolve_direction": "tags",
+    "tag_for": "tags",
+    "tag_source": "tags",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

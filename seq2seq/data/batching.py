@@ -54,6 +54,8 @@ class TokenBucketSampler(Sampler[list[int]]):
             varied batches, a little more padding.
         drop_last: Equalize shards by dropping batches instead of repeating them.
         epoch_fn: Returns the current epoch at iteration time.
+        select: ``select(epoch)`` gives the pair indices that epoch batches (a multilingual
+            run's :class:`seq2seq.data.directions.DirectionSampler`); None: every pair once.
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class TokenBucketSampler(Sampler[list[int]]):
         bucket_width: int = 1,
         drop_last: bool = False,
         epoch_fn: Callable[[], int] | None = None,
+        select: Callable[[int], np.ndarray] | None = None,
     ) -> None:
         self._src = np.asarray(src_lens, dtype=np.int64)
         self._tgt = np.asarray(tgt_lens, dtype=np.int64)
@@ -91,6 +94,7 @@ class TokenBucketSampler(Sampler[list[int]]):
         self.bucket_width = int(bucket_width)
         self.drop_last = drop_last
         self.epoch_fn = epoch_fn
+        self.select = select
         self.epoch = 0
         self._start = 0
         self._start_epoch: int | None = None
@@ -117,17 +121,22 @@ class TokenBucketSampler(Sampler[list[int]]):
         return int(self.epoch_fn()) if self.epoch_fn is not None else self.epoch
 
     def _global_batches(self, epoch: int) -> list[np.ndarray]:
-        n = len(self._src)
+        pool = None if self.select is None else np.asarray(self.select(epoch), dtype=np.int64)
+        src = self._src if pool is None else self._src[pool]
+        tgt = self._tgt if pool is None else self._tgt[pool]
+        n = len(src)
         if n == 0:
             return []
         w = self.bucket_width
-        longest = np.maximum(self._src, self._tgt)
+        longest = np.maximum(src, tgt)
         if self.shuffle:
             tie = np.random.default_rng([self.seed, epoch, 0]).permutation(n)
         else:
             tie = np.arange(n)
-        order = np.lexsort((tie, self._tgt // w, self._src // w, longest // w))  # last key first
+        order = np.lexsort((tie, tgt // w, src // w, longest // w))  # last key first
         sizes = longest[order]
+        if pool is not None:
+            order = pool[order]  # positions in the pool -> pair indices
         batches = []
         start, cap = 0, self.max_tokens
         while start < n:

@@ -29,6 +29,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
@@ -36,10 +37,17 @@ from seq2seq.config import ExperimentConfig
 from seq2seq.core import UserError, exclusive
 from seq2seq.data.batching import TokenBucketSampler, collate
 from seq2seq.data.cleaning import CleaningRules
+from seq2seq.data.directions import (
+    DirectionSampler,
+    direction_of_lines,
+    read_direction_counts,
+    write_directions_split,
+)
 from seq2seq.data.parallel import check_parallel, iter_parallel, read_parallel, split_tsv
 from seq2seq.data.prepare import prepare_corpus
 from seq2seq.data.registry import parse_pair
 from seq2seq.data.store import TokenStore, build_store
+from seq2seq.data.tags import tags_for
 from seq2seq.data.tokenizer import Tokenizer, ensure_tokenizer, model_files
 
 __all__ = ["PREPARE_LOCK", "TranslationDataModule"]
@@ -63,6 +71,8 @@ class TranslationDataModule(pl.LightningDataModule):
             mid-epoch).
         valid_src_text: Validation source sentences, ``valid_src_text[i]`` is store pair ``i``.
         valid_ref_text: Validation references (the text lines, stripped), for BLEU.
+        valid_directions: With ``data.pairs`` (multilingual): the direction (``en-de``) of each
+            validation pair, for per-direction BLEU; None for a bilingual model.
     """
 
     def __init__(
@@ -100,6 +110,7 @@ class TranslationDataModule(pl.LightningDataModule):
         self.valid_sampler: TokenBucketSampler | None = None
         self.valid_src_text: list[str] = []
         self.valid_ref_text: list[str] = []
+        self.valid_directions: list[str] | None = None
 
     # ---- files ----
 
@@ -129,6 +140,9 @@ class TranslationDataModule(pl.LightningDataModule):
         """
         d = self.cfg.data
         text_dir = self.data_dir / "text"
+        if d.multilingual and split in (d.train_split, d.valid_split):
+            # every direction in one file pair, sources tagged (seq2seq.data.directions)
+            return text_dir / "multi" / f"{split}.src", text_dir / "multi" / f"{split}.tgt"
         if d.corpus == "files":
             tsv = self._tsv(split)
             if tsv is None:
@@ -164,16 +178,36 @@ class TranslationDataModule(pl.LightningDataModule):
                     if not path.is_file():
                         raise UserError(f"{split} file not found: {path}")
             return
-        prepare_corpus(
-            d.corpus,
-            d.pair,
-            self.data_dir / "text",
-            variant=d.variant,
-            splits=splits,
-            cache_dir=self.cache_dir,
-            mirror=self.mirror,
-            log=_stderr,
-        )
+        for src, tgt in d.directions if d.multilingual else [parse_pair(d.pair)]:
+            prepare_corpus(
+                d.corpus,
+                f"{src}-{tgt}",
+                self.data_dir / "text",
+                variant=d.variant,
+                splits=splits,
+                cache_dir=self.cache_dir,
+                mirror=self.mirror,
+                log=_stderr,
+            )
+        if d.multilingual:
+            limits = {d.train_split: d.max_train_pairs, d.valid_split: d.max_valid_pairs}
+            for split in splits:
+                if split in limits:  # max_*_pairs count per direction
+                    write_directions_split(
+                        self.data_dir / "text",
+                        self.data_dir / "text" / "multi",
+                        split,
+                        d.directions,
+                        limit=limits[split],
+                    )
+
+    def _limit(self, split: str) -> int:
+        """``max_train_pairs`` / ``max_valid_pairs`` for the split's files; 0 for a
+        multilingual split, whose files already hold that many pairs per direction."""
+        d = self.cfg.data
+        if d.multilingual:
+            return 0
+        return d.max_train_pairs if split == d.train_split else d.max_valid_pairs
 
     def test_files(self, split: str) -> tuple[Path, Path]:
         """Fetch a test split's text (when a registered corpus) and return its two files."""
@@ -215,7 +249,7 @@ class TranslationDataModule(pl.LightningDataModule):
                 dedup=d.dedup, langid=d.langid, max_len=d.max_len, max_ratio=d.max_ratio
             ),
             langs=(self.src_lang, self.tgt_lang),
-            limit=d.max_train_pairs,
+            limit=self._limit(d.train_split),
             log=_stderr,
         )
         build_store(
@@ -228,7 +262,7 @@ class TranslationDataModule(pl.LightningDataModule):
             # dropped as too long, as in training: a pair the model's positions cannot hold
             # (all others stay, so that validation scores stay comparable)
             cleaning=CleaningRules(max_len=self.cfg.model.max_positions - 1),
-            limit=d.max_valid_pairs,
+            limit=self._limit(d.valid_split),
             log=_stderr,
         )
 
@@ -280,7 +314,9 @@ class TranslationDataModule(pl.LightningDataModule):
             "max_sentences": d.spm_max_sentences,
             "seed": self.cfg.training.seed,
         }
-        if not d.max_train_pairs:
+        if d.multilingual:  # one piece per target-language tag (seq2seq.data.tags)
+            options["user_symbols"] = tags_for(d.directions)
+        if not self._limit(d.train_split):
             check_parallel(train_src, train_tgt)
             return ensure_tokenizer(
                 self.work_dir, train_src, train_tgt, spm_model=d.spm_model, **options
@@ -327,19 +363,23 @@ class TranslationDataModule(pl.LightningDataModule):
                 rank=rank,
                 bucket_width=d.bucket_width,
                 epoch_fn=epoch_fn,
+                select=self._direction_sampler(),
             )
         if stage in (None, "fit", "validate"):
             self.valid_store = self._open_store("valid", fingerprint)
             valid_src, valid_tgt = self.split_files(d.valid_split)
-            text = read_parallel(valid_src, valid_tgt, limit=d.max_valid_pairs, split=d.valid_split)
+            limit = self._limit(d.valid_split)
+            text = read_parallel(valid_src, valid_tgt, limit=limit, split=d.valid_split)
             at = {line: i for i, line in enumerate(text.lines)}
-            kept = [at.get(line) for line in self.valid_store.lines.tolist()]
+            kept_lines = self.valid_store.lines.tolist()
+            kept = [at.get(line) for line in kept_lines]
             if None in kept:  # (the store may drop over-long pairs, never hold others)
                 raise UserError(
                     f"{self.valid_store.path} does not match {valid_src}; run prepare_data again"
                 )
             self.valid_src_text = [text.src[i] for i in kept]
             self.valid_ref_text = [text.tgt[i] for i in kept]
+            self.valid_directions = self._directions_of(d.valid_split, kept_lines)
             self.valid_sampler = TokenBucketSampler(
                 self.valid_store.src_lens + 1,
                 self.valid_store.tgt_lens + 2,
@@ -349,6 +389,25 @@ class TranslationDataModule(pl.LightningDataModule):
                 num_replicas=world,
                 rank=rank,
             )
+
+    def _directions_of(self, split: str, lines) -> list[str] | None:
+        """The direction (``en-de``) of each of a multilingual split's line numbers."""
+        if not self.cfg.data.multilingual:
+            return None
+        counts = read_direction_counts(self.data_dir / "text" / "multi", split)
+        names = [f"{s}-{t}" for s, t, _ in counts]
+        return [names[g] for g in direction_of_lines(lines, [n for _, _, n in counts])]
+
+    def _direction_sampler(self) -> DirectionSampler | None:
+        """A multilingual run's per-epoch draw of training pairs (temperature sampling)."""
+        d = self.cfg.data
+        if not d.multilingual or self.train_store is None:
+            return None
+        counts = read_direction_counts(self.data_dir / "text" / "multi", d.train_split)
+        groups = direction_of_lines(np.asarray(self.train_store.lines), [n for *_, n in counts])
+        return DirectionSampler(
+            groups, temperature=d.sampling_temperature, seed=self.cfg.training.seed
+        )
 
     def _loader(self, store: TokenStore | None, sampler: TokenBucketSampler | None) -> DataLoader:
         if store is None or sampler is None:

@@ -81,6 +81,7 @@ def _train_model(
     vocab_size: int,
     character_coverage: float,
     max_sentences: int,
+    user_symbols: Sequence[str] = (),
 ) -> bytes:
     # SentencePiece runs this iterator from C++: an exception raised in it comes back as a
     # RuntimeError with a Python stack frame in its text. So an exception (bad UTF-8, or a
@@ -122,6 +123,7 @@ def _train_model(
             eos_piece="</s>",
             num_threads=min(16, os.cpu_count() or 1),
             minloglevel=1,
+            **_user_symbol_options(user_symbols),
         )
     except RuntimeError as e:
         if failed:
@@ -151,6 +153,7 @@ def train_tokenizer(
     character_coverage: float = 1.0,
     max_sentences: int = 2_000_000,
     seed: int = 1,
+    user_symbols: Sequence[str] = (),
 ) -> Tokenizer:
     """Train SentencePiece on the training split and write the model file(s) into ``out_dir``.
 
@@ -165,6 +168,8 @@ def train_tokenizer(
         character_coverage: Share of characters covered by the vocabulary (1.0 for small alphabets).
         max_sentences: Sentences sampled (randomly, from ``seed``) when the input has more.
         seed: SentencePiece's random seed (sampling and shuffling).
+        user_symbols: Pieces the model must keep whole, each one id (a multilingual model's
+            target-language tags, :mod:`seq2seq.data.tags`).
 
     Returns:
         The trained :class:`Tokenizer`. Files are written atomically.
@@ -185,6 +190,7 @@ def train_tokenizer(
         "vocab_size": vocab_size,
         "character_coverage": character_coverage,
         "max_sentences": max_sentences,
+        "user_symbols": tuple(user_symbols),
     }
     inputs = [[src_file, tgt_file]] if joint else [[src_file], [tgt_file]]
     for target, files in zip(model_files(out_dir, joint=joint), inputs):
@@ -228,6 +234,20 @@ def _differences(path: Path, wanted: dict) -> list[str]:
         if have[key] != want:
             out.append(f"{key} {have[key]} (the config says {want})")
     return out
+
+
+def _user_symbol_options(user_symbols: Sequence[str]) -> dict:
+    """SentencePiece's option for pieces kept whole (none: no option, as before tags)."""
+    return {"user_defined_symbols": list(user_symbols)} if user_symbols else {}
+
+
+def _missing_symbols(path: Path, user_symbols: Sequence[str]) -> list[str]:
+    """The wanted user-defined pieces (language tags) a model file lacks, as a difference."""
+    if not user_symbols:
+        return []
+    sp = _load_processor(path)
+    missing = [s for s in user_symbols if sp.piece_to_id(s) == UNK_ID]
+    return [f"no piece for {', '.join(missing)} (the config's language tags)"] if missing else []
 
 
 def _given_models(spm_model: Path, *, joint: bool) -> list[Path]:
@@ -306,7 +326,9 @@ def ensure_tokenizer(
             "max_sentences": options.get("max_sentences", 2_000_000),
         }
         for path in existing:
-            diffs = _differences(path, wanted)
+            diffs = _differences(path, wanted) + _missing_symbols(
+                path, options.get("user_symbols", ())
+            )
             if diffs:
                 raise UserError(
                     f"{path} already exists and was trained with {'; '.join(diffs)}: use a new "
@@ -408,8 +430,34 @@ class Tokenizer:
         return self._tgt.get_piece_size()
 
     def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
-        """Source sentences -> piece ids (no BOS/EOS); a lone surrogate is a UserError."""
-        return _encode(self._src, list(texts), int)
+        """Source sentences -> piece ids (no BOS/EOS); a lone surrogate is a UserError.
+
+        A leading target-language tag that is a piece of the model (``<2fr> ...``; see
+        :mod:`seq2seq.data.tags`) becomes its one id, first; a model without tags encodes
+        every sentence as it is."""
+        tags, rest = self._split_tags(list(texts))
+        ids = _encode(self._src, rest, int)
+        return [row if tag is None else [tag, *row] for tag, row in zip(tags, ids)]
+
+    def _split_tags(self, texts: list[str]) -> tuple[list[int | None], list[str]]:
+        """Per sentence, the id of its leading language tag (None: none) and the rest."""
+        from seq2seq.data.tags import split_tag
+
+        tags: list[int | None] = []
+        rest: list[str] = []
+        for text in texts:
+            tag, tail = split_tag(text) if isinstance(text, str) else (None, text)
+            tag_id = self._src.piece_to_id(tag) if tag is not None else UNK_ID
+            tags.append(tag_id if tag_id != UNK_ID else None)
+            rest.append(tail if tag_id != UNK_ID else text)
+        return tags, rest
+
+    def language_tags(self) -> list[str]:
+        """The target-language tags that are pieces of the source model (none: bilingual)."""
+        from seq2seq.data.tags import TAG_RE
+
+        pieces = (self._src.id_to_piece(i) for i in range(self._src.get_piece_size()))
+        return [p for p in pieces if TAG_RE.fullmatch(p)]
 
     def encode_tgt(self, texts: Sequence[str]) -> list[list[int]]:
         """Target sentences -> piece ids (no BOS/EOS); a lone surrogate is a UserError."""
@@ -429,8 +477,11 @@ class Tokenizer:
         return sp.decode(rows) if rows else []
 
     def src_pieces(self, text: str) -> list[str]:
-        """The source pieces of one sentence (plot labels)."""
-        return _encode(self._src, text, str)
+        """The source pieces of one sentence (plot labels), a leading tag one piece as in
+        :meth:`encode_src`."""
+        tags, rest = self._split_tags([text])
+        pieces = _encode(self._src, rest[0], str)
+        return pieces if tags[0] is None else [self._src.id_to_piece(tags[0]), *pieces]
 
     def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
         """The target piece of each id, specials included (``<s>``, ``</s>``, ``<pad>``)."""

@@ -94,6 +94,17 @@ class Scorer:
         self.cfg = cfg
         self.max_positions = min(m.max_positions for m in self.models)
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
+        self.target_lang: str | None = None  # a multilingual model's tag (set_direction)
+
+    def set_direction(self, source_lang: str | None, target_lang: str | None) -> None:
+        """Check the direction against the model's (seq2seq.data.resolve_direction); a
+        multilingual model then reads each source behind the target's tag."""
+        from seq2seq.data import resolve_direction
+
+        directions = self.cfg.data.directions if self.cfg is not None else ()
+        _, target = resolve_direction(directions, source_lang, target_lang)
+        multilingual = self.cfg is not None and self.cfg.data.multilingual
+        self.target_lang = target if multilingual else None
 
     @classmethod
     def load(
@@ -203,6 +214,10 @@ class Scorer:
             )
         src, tgt = [], []
         limit = self.max_positions - 1
+        if self.target_lang is not None:
+            from seq2seq.data import tag_source
+
+            src_text = [tag_source(t, self.target_lang) if t.strip() else t for t in src_text]
         for i, ids in enumerate(self.tokenizer.encode_src(src_text) if src_text else []):
             if len(ids) > limit:
                 if on_truncated is not None:

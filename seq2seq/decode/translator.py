@@ -73,6 +73,11 @@ class Translator:
             ``max_src_positions - 1`` pieces + EOS.
         opts: default search options (per-call overrides are allowed).
         cfg: the model's experiment config, when known (kept for callers such as evaluate).
+
+    Attributes:
+        source_lang: The direction used when a call names none (the command line's
+            ``--source-lang``; set it with :meth:`set_direction`).
+        target_lang: As ``source_lang``, ``--target-lang``.
     """
 
     def __init__(
@@ -94,6 +99,8 @@ class Translator:
         self.opts = opts
         self.cfg = cfg
         self.eos_id = EOS_ID
+        self.source_lang: str | None = None
+        self.target_lang: str | None = None
 
     @classmethod
     def load(
@@ -166,6 +173,8 @@ class Translator:
         avoid: list[list[str]] | None = None,
         terminology: Terminology | None = None,
         where: Callable[[int], str] | None = None,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
         **overrides: object,
     ) -> list[list[Translation]]:
         """Up to ``nbest`` translations per sentence, best first, in input order.
@@ -188,13 +197,17 @@ class Translator:
         Phrases are matched as their SentencePiece pieces (each phrase encoded on its own).
         ``where(i)`` names sentence i (0-based) in errors (default: ``sentence i+1``).
 
+        ``source_lang`` / ``target_lang``: the direction (:meth:`direction`); a multilingual
+        model puts the target's tag (``<2fr>``) before each sentence, and alignments skip it.
+
         Raises:
             UserError: a constraint no output can meet (naming the sentence), or one the
                 engine cannot do (the CTranslate2 engine and positive constraints).
         """
         opts = self.opts.replace(**overrides) if overrides else self.opts
         name = where or _sentence_name
-        src = self.encode(sentences, on_truncated=on_truncated)
+        tagged = self.tag(sentences, source_lang=source_lang, target_lang=target_lang)
+        src = self.encode(tagged, on_truncated=on_truncated)
         cons = self.constraints_for(
             sentences,
             constraints=constraints,
@@ -228,15 +241,23 @@ class Translator:
             for i, sent_hyps in zip(idx, hyps):
                 results[i] = flat[start : start + len(sent_hyps)]
                 if alignments:
-                    results[i] = self._align(sentences[i], src[i], sent_hyps, results[i])
+                    skip = int(tagged[i] is not sentences[i])  # the tag's column
+                    results[i] = self._align(tagged[i], src[i], sent_hyps, results[i], skip)
                 start += len(sent_hyps)
         if alignments:  # empty sentences: nothing to align
             results = [[t._replace(alignment=t.alignment or []) for t in r] for r in results]
         return results
 
     def _align(
-        self, sentence: str, src: list[int], hyps: list[Hypothesis], out: list[Translation]
+        self,
+        sentence: str,
+        src: list[int],
+        hyps: list[Hypothesis],
+        out: list[Translation],
+        skip: int = 0,
     ) -> list[Translation]:
+        """Word alignments of ``out``; the first ``skip`` source pieces (a language tag) are
+        not words of the sentence, so they and their attention columns are left out."""
         from seq2seq.decode.alignments import align_pieces
 
         src_pieces = self.tokenizer.src_pieces(sentence)[: len(src) - 1]  # as encoded, no EOS
@@ -245,8 +266,54 @@ class Translator:
             if h.attention is None:
                 raise UserError("this engine returns no attention: no alignments")
             tgt_pieces = self.tokenizer.tgt_pieces([x for x in h.tokens if x != self.eos_id])
-            aligned.append(t._replace(alignment=align_pieces(h.attention, src_pieces, tgt_pieces)))
+            rows = h.attention.tolist() if hasattr(h.attention, "tolist") else h.attention
+            attention = [row[skip:] for row in rows] if skip else rows
+            pairs = align_pieces(attention, src_pieces[skip:], tgt_pieces)
+            aligned.append(t._replace(alignment=pairs))
         return aligned
+
+    @property
+    def directions(self) -> tuple[tuple[str, str], ...]:
+        """The ``(source, target)`` directions the model translates (() when unknown)."""
+        return self.cfg.data.directions if self.cfg is not None else ()
+
+    @property
+    def multilingual(self) -> bool:
+        """Whether the model reads a target-language tag before each source sentence."""
+        return self.cfg is not None and self.cfg.data.multilingual
+
+    def direction(
+        self, source_lang: str | None = None, target_lang: str | None = None
+    ) -> tuple[str | None, str | None]:
+        """The ``(source, target)`` a request asks for, checked against :attr:`directions`
+        (:func:`seq2seq.data.tags.resolve_direction`; a direction the model does not know is
+        a one-line ``UserError`` listing those it knows)."""
+        from seq2seq.data import resolve_direction
+
+        return resolve_direction(self.directions, source_lang, target_lang)
+
+    def set_direction(self, source_lang: str | None, target_lang: str | None) -> None:
+        """Check a direction (:meth:`direction`) and make it the default of every call."""
+        self.source_lang, self.target_lang = self.direction(source_lang, target_lang)
+
+    def tag(
+        self,
+        sentences: list[str],
+        *,
+        source_lang: str | None = None,
+        target_lang: str | None = None,
+    ) -> list[str]:
+        """The sentences as the model reads them: for a multilingual model, each non-blank
+        one behind the target's tag (``<2fr> ...``); for a bilingual one, as they are (the
+        same list), once the direction is checked."""
+        from seq2seq.data import tag_source
+
+        if source_lang is None and target_lang is None:
+            source_lang, target_lang = self.source_lang, self.target_lang
+        _, tgt = self.direction(source_lang, target_lang)
+        if not self.multilingual:
+            return sentences
+        return [tag_source(s, tgt) if s.strip() else s for s in sentences]
 
     def constraints_for(
         self,
@@ -335,7 +402,8 @@ class Translator:
     ) -> list[str]:
         """The best translation of each sentence, in input order ('' for an empty sentence).
 
-        Takes the constraint arguments of :meth:`translate_nbest` too."""
+        Takes the constraint and direction arguments of :meth:`translate_nbest` too
+        (``translate(lines, target_lang="fr")`` with a multilingual model)."""
         overrides["nbest"] = 1
         nbest = self.translate_nbest(sentences, on_truncated=on_truncated, **overrides)
         return [t[0].text if t else "" for t in nbest]

@@ -67,6 +67,8 @@ def evaluate_files(
     moses_lang: str | None = None,
     warn: Callable[[str], None] = _warn_stderr,
     info: dict | None = None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
 ) -> dict:
     """Translate ``src_path``, score against ``ref_path``, write ``NAME.hyp`` and ``NAME.json``.
 
@@ -82,6 +84,8 @@ def evaluate_files(
             The hypothesis file keeps the model's own output.
         warn: receives one message per truncated source line.
         info: extra fields for the JSON (model directory, engine, ...).
+        source_lang: the language of ``src_path`` (checked against the model's directions).
+        target_lang: the language to translate into (a multilingual model needs it).
 
     Returns:
         The JSON's content: ``scores`` (see :func:`seq2seq.evaluate.metrics.score_corpus`) and the
@@ -95,7 +99,9 @@ def evaluate_files(
             f"{translator.max_src_positions} positions; truncated"
         )
 
-    hyps = translator.translate(src, on_truncated=on_truncated)
+    hyps = translator.translate(
+        src, on_truncated=on_truncated, source_lang=source_lang, target_lang=target_lang
+    )
     if moses_lang is not None:
         scores = score_corpus(
             moses_lc_lines(hyps, moses_lang),
@@ -120,6 +126,7 @@ def evaluate_files(
         "ref": str(ref_path),
         "hyp": str(hyp_path),
         "n_sentences": len(src),
+        "direction": [source_lang, target_lang],
         "search": dataclasses.asdict(translator.opts),
         **(info or {}),
     }
@@ -186,6 +193,8 @@ def evaluate(
     device: str = "cpu",
     engine: str = "torch",
     warn: Callable[[str], None] = _warn_stderr,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
     **overrides: object,
 ) -> dict:
     """Evaluate ``model_dir`` on ``src``/``ref`` files or on a corpus split.
@@ -199,6 +208,8 @@ def evaluate(
     ``moses_lc`` (for a model trained on raw text, with raw references) Moses-tokenizes and
     lowercases both sides in the target language of ``pair`` (default ``data.pair``) before
     scoring as ``tokenized_lc``; the outputs are then named ``NAME.moses-lc.hyp/.json``.
+    ``source_lang`` / ``target_lang`` choose the direction of a multilingual model (default:
+    those of ``pair`` when given); they are checked against the model's directions.
 
     Returns:
         See :func:`evaluate_files`.
@@ -222,6 +233,13 @@ def evaluate(
                 raise UserError(f"file not found: {path}")
         read_test_pair(Path(src), Path(ref))  # fail on bad input before loading the model
     translator = Translator.load(dirs, device=device, engine=engine, **overrides)
+    if pair is not None and source_lang is None and target_lang is None:
+        source_lang, _, target_lang = pair.partition("-")
+    source_lang, target_lang = translator.direction(source_lang, target_lang)
+    if pair is None and translator.cfg.data.multilingual and src is None:
+        if source_lang is None:
+            raise UserError("give --source-lang too: it names the test set's source side")
+        pair = f"{source_lang}-{target_lang}"
     if moses_lc and "tok" in (variant, translator.cfg.data.variant):
         raise UserError(
             "--moses-lc tokenizes raw text, but this "
@@ -246,7 +264,7 @@ def evaluate(
         info["ensemble"] = [str(d) for d in dirs]
     moses_lang = None
     if moses_lc:
-        moses_lang = (pair or translator.cfg.data.pair).split("-")[-1]
+        moses_lang = target_lang or (pair or translator.cfg.data.pair).split("-")[-1]
         name += ".moses-lc"
     return evaluate_files(
         translator,
@@ -258,4 +276,6 @@ def evaluate(
         moses_lang=moses_lang,
         warn=warn,
         info=info,
+        source_lang=source_lang,
+        target_lang=target_lang,
     )

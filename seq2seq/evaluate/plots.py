@@ -320,8 +320,14 @@ def attention_maps(
     layer: int | None = None,
     head: int | None = None,
     target: str | None = None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
 ) -> AttentionMaps:
     """Translate ``text`` greedily (or take ``target``) and collect its attention weights.
+
+    A multilingual model reads ``text`` behind the tag of ``target_lang`` (checked against
+    its directions, with ``source_lang``); the maps skip the tag: its encoder row and column
+    and its cross-attention column are left out, so they show the sentence's own pieces.
 
     The translation is the greedy one, under the config's other ``decoding`` options
     (``seq2seq translate`` defaults to beam search, whose output may differ). The weights
@@ -337,6 +343,8 @@ def attention_maps(
         head: head to show, 0-based (negative from the end); None = the mean over heads.
         target: a target sentence to use instead of the greedy translation (e.g. the
             reference), teacher-forced.
+        source_lang: the language of ``text`` (checked against the model's directions).
+        target_lang: the language to translate into (a multilingual model needs it).
 
     Raises:
         UserError: empty text, a source too long for the model, a layer or head out of range.
@@ -355,7 +363,12 @@ def attention_maps(
         dec_layer = _pick_index(layer, n_dec, "layer")
     head = None if head is None else _pick_index(head, model.n_heads, "head")
 
-    src = tok.encode_src([text])[0] + [EOS_ID]
+    from seq2seq.data import resolve_direction, tag_source
+
+    _, tgt_lang = resolve_direction(loaded.cfg.data.directions, source_lang, target_lang)
+    tagged = loaded.cfg.data.multilingual
+    src = tok.encode_src([tag_source(text, tgt_lang) if tagged else text])[0] + [EOS_ID]
+    skip = int(tagged)  # the tag's position: not a word of the sentence
     if len(src) > model.max_positions:
         raise UserError(
             f"--text has {len(src)} source tokens; this model handles at most {model.max_positions}"
@@ -381,17 +394,17 @@ def attention_maps(
 
     t = len(tgt_in_ids)
     src_labels = [*tok.src_pieces(text), EOS_LABEL]  # the same SentencePiece model as encode_src
-    if len(src_labels) != len(src):
-        raise ValueError(f"{len(src_labels)} source labels for {len(src)} source ids")
+    if len(src_labels) != len(src) - skip:
+        raise ValueError(f"{len(src_labels)} source labels for {len(src) - skip} source ids")
     return AttentionMaps(
         source=text,
         translation=tok.decode_tgt([tokens])[0],
         src_labels=src_labels,
         tgt_in_labels=_target_labels(tgt_in_ids, tok),
         tgt_out_labels=_target_labels(tokens, tok),
-        encoder=select(attn.encoder[enc_layer]),
+        encoder=select(attn.encoder[enc_layer])[skip:, skip:],
         decoder_self=select(attn.decoder_self[dec_layer]),
-        cross=select(attn.cross[dec_layer]),
+        cross=select(attn.cross[dec_layer])[:, skip:],
         decoder_mask=model.decoder.structural_mask(t, t, torch.device("cpu")),
         encoder_layer=enc_layer,
         decoder_layer=dec_layer,

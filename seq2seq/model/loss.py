@@ -15,6 +15,7 @@ __all__ = [
     "LossOutput",
     "label_smoothed_nll",
     "projected_label_smoothed_nll",
+    "rdrop_loss",
     "target_log_probs",
 ]
 
@@ -56,6 +57,52 @@ def label_smoothed_nll(
         logits, target = logits[keep], target[keep]
     loss, nll = _SmoothedNLL.apply(logits, target, epsilon)
     return LossOutput(loss=loss.sum(), nll=nll.sum(), n_tokens=int(target.numel()))
+
+
+def rdrop_loss(
+    logits1: Tensor,
+    logits2: Tensor,
+    target: Tensor,
+    *,
+    epsilon: float,
+    alpha: float,
+    ignore_index: int,
+) -> LossOutput:
+    """R-Drop (Liang et al., 2021): two dropout passes over one batch, pulled together.
+
+    With ``CE_k`` the label-smoothed loss of pass k (:func:`label_smoothed_nll`) summed over
+    the N non-padding target tokens, and ``p_k,t`` pass k's distribution over the vocabulary
+    at token t::
+
+        loss = 1/2 * (CE_1 + CE_2)
+               + alpha/2 * sum_t 1/2 * (KL(p_1,t || p_2,t) + KL(p_2,t || p_1,t))
+
+    which is the paper's loss (its eq. 3: ``L = NLL_1 + NLL_2 + alpha * 1/2 (KL + KL)``)
+    summed over tokens and halved: the cross-entropy term is the mean of the two passes, so
+    the loss stays on the scale of a run without R-Drop, and ``alpha`` means what it means in
+    the paper (the authors' fairseq code normalizes the same way: its batch holds every
+    sentence twice, and it divides by that doubled token count). The caller divides by N.
+
+    Args:
+        logits1: (N, V) or (B, T, V) scores of the first pass.
+        logits2: the second pass' scores, same shape.
+        target: (N,) or (B, T) gold ids; ``ignore_index`` positions contribute nothing.
+        epsilon: label smoothing in [0, 1).
+        alpha: weight of the KL term (0: the mean of the two passes' losses).
+        ignore_index: the padding id.
+
+    Returns:
+        ``loss`` as above, ``nll`` the mean of the two passes' summed NLL, ``n_tokens`` N.
+    """
+    first = label_smoothed_nll(logits1, target, epsilon=epsilon, ignore_index=ignore_index)
+    second = label_smoothed_nll(logits2, target, epsilon=epsilon, ignore_index=ignore_index)
+    keep = target.reshape(-1).ne(ignore_index)
+    lp1 = F.log_softmax(logits1.reshape(-1, logits1.size(-1))[keep].float(), dim=-1)  # (N, V)
+    lp2 = F.log_softmax(logits2.reshape(-1, logits2.size(-1))[keep].float(), dim=-1)
+    kl_12 = (lp1.exp() * (lp1 - lp2)).sum()  # sum_t KL(p_1,t || p_2,t)
+    kl_21 = (lp2.exp() * (lp2 - lp1)).sum()
+    loss = 0.5 * (first.loss + second.loss) + 0.5 * alpha * 0.5 * (kl_12 + kl_21)
+    return LossOutput(loss=loss, nll=0.5 * (first.nll + second.nll), n_tokens=first.n_tokens)
 
 
 def target_log_probs(logits: Tensor, target: Tensor, *, ignore_index: int) -> Tensor:

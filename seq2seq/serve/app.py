@@ -278,7 +278,11 @@ def create_app(
             field="text",
             whole=set(constrained),
         )
-        results = await service.translate(split, opts, constrained, alignments=req.alignments)
+        source = req.source_lang or req.source
+        direction = (None if source == "auto" else source, req.target_lang or req.target)
+        results = await service.translate(
+            split, opts, constrained, alignments=req.alignments, direction=direction
+        )
         detail = req.scores or req.alignments or opts.nbest > 1
         out = []
         for text in split:

@@ -135,6 +135,14 @@ class TranslateRequest(BaseModel):
     text: str | list[str] = Field(description="a text or a list of texts")
     source: str | None = Field(None, description="checked against the model if given")
     target: str | None = Field(None, description="checked against the model if given")
+    source_lang: str | None = Field(
+        None, description="the input's language (as --source-lang); checked against the model"
+    )
+    target_lang: str | None = Field(
+        None,
+        description="the language to translate into (as --target-lang); a multilingual "
+        "model needs it (or target)",
+    )
     split_sentences: bool = Field(
         True, description="cut paragraphs into sentences (line breaks are always kept)"
     )

@@ -69,6 +69,7 @@ class _Options:
     search: SearchOptions
     alignments: bool = False
     constrained: bool = False
+    direction: tuple[str | None, str | None] = (None, None)  # a multilingual model's
 
 
 class TranslationService:
@@ -146,6 +147,8 @@ class TranslationService:
                 [_text_of(x) for x in items],
                 on_truncated=self._warn_truncated,
                 alignments=key.alignments,
+                source_lang=key.direction[0],
+                target_lang=key.direction[1],
                 **kwargs,
                 **fields,
             )
@@ -155,7 +158,7 @@ class TranslationService:
 
     def _stream_for(self, key: _Options) -> SearchStream | None:
         """A continuous search for sentences with ``key`` (torch engine, plain beam search)."""
-        if key.constrained:
+        if key.constrained or self.translator.multilingual:  # the stream encodes untagged
             return None
         if not supports(self.translator.engine.model, key.search, alignments=key.alignments):
             return None
@@ -328,13 +331,19 @@ class TranslationService:
         constrained: dict[int, _Constrained] | None = None,
         *,
         alignments: bool = False,
+        direction: tuple[str | None, str | None] = (None, None),
     ) -> list[list]:
         """Per sentence of the request, its n-best list of Translations.
 
         ``constrained``: text index -> its one constrained sentence (see :meth:`constrained`).
         ``alignments``: fill each Translation's ``alignment`` (such sentences are batched
-        only with others that want alignments).
+        only with others that want alignments). ``direction``: ``(source_lang, target_lang)``
+        of the body, checked by the Translator (a 400 names the directions it knows).
         """
+        try:
+            direction = self.translator.direction(*direction)
+        except UserError as e:
+            raise RequestError(400, str(e)) from None
         sentences: list = []
         for k, t in enumerate(texts):
             if constrained and k in constrained:
@@ -343,7 +352,7 @@ class TranslationService:
                 sentences.extend(t.segments.sentences)
         self.check_queue(len(sentences))
         try:
-            key = _Options(opts, alignments, constrained=bool(constrained))
+            key = _Options(opts, alignments, constrained=bool(constrained), direction=direction)
             results = await self.batcher.translate(sentences, key)
         except EngineFailure as e:
             if isinstance(e.original, UserError):  # options this engine cannot honour

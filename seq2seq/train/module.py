@@ -43,6 +43,7 @@ from seq2seq.model import (
     build_model,
     label_smoothed_nll,
     projected_label_smoothed_nll,
+    rdrop_loss,
 )
 from seq2seq.train.checkpoints import CHECKPOINT_KEY
 from seq2seq.train.distributed import world_size
@@ -185,6 +186,7 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         self.tokenizer = None
         self.valid_src_text: list[str] | None = None
         self.valid_ref_text: list[str] | None = None
+        self.valid_directions: list[str] | None = None  # multilingual: each pair's direction
         # training bookkeeping (all reset per optimizer step unless noted)
         self._acc: Tensor | None = None  # (3,) loss sum, nll sum, target tokens
         self._local_nonfinite = False
@@ -220,6 +222,8 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         self.tokenizer = dm.tokenizer
         self.valid_src_text = list(dm.valid_src_text) if dm.valid_src_text is not None else None
         self.valid_ref_text = list(dm.valid_ref_text) if dm.valid_ref_text is not None else None
+        directions = getattr(dm, "valid_directions", None)
+        self.valid_directions = list(directions) if directions is not None else None
         if self.model is None:
             self._build(dm.tokenizer.src_vocab_size, dm.tokenizer.tgt_vocab_size)
         elif (self.model.src_vocab_size, self.model.tgt_vocab_size) != (
@@ -291,9 +295,26 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
             tgt_ids: (B, T+1) target ids (BOS + pieces + EOS, padded).
 
         The output projection (D x V, the largest matmul) runs only on the non-padding
-        target positions; on the CPU it is fused with the loss, chunk by chunk.
+        target positions; on the CPU it is fused with the loss, chunk by chunk. With
+        ``training.rdrop_alpha`` > 0, a training batch runs through the model twice
+        (:func:`seq2seq.model.loss.rdrop_loss`); validation runs once.
         """
         tgt_in, tgt_out = tgt_ids[:, :-1], tgt_ids[:, 1:]  # (B, T) each
+        alpha = self.cfg.training.rdrop_alpha
+        if alpha > 0 and self.training:
+            keep = tgt_out.ne(PAD_ID)  # (B, T)
+            passes = []
+            for _ in range(2):  # two dropout masks: the generator moves on between them
+                memory, src_pad = self.model.encode(src_ids)  # (B, S, D), (B, S)
+                hidden = self.model.decode(tgt_in, memory, src_pad)  # (B, T, D)
+                passes.append(self.model.project(hidden[keep]))  # (N, V)
+            return rdrop_loss(
+                *passes,
+                tgt_out[keep],
+                epsilon=self.cfg.training.label_smoothing,
+                alpha=alpha,
+                ignore_index=PAD_ID,
+            )
         memory, src_pad = self.model.encode(src_ids)  # (B, S, D), (B, S)
         hidden = self.model.decode(tgt_in, memory, src_pad)  # (B, T, D)
         keep = tgt_out.ne(PAD_ID)  # (B, T)

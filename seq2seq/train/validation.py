@@ -33,7 +33,8 @@ class ValidationMixin:
 
     They use the module's ``cfg``, ``model``, ``compute_loss`` and ``wall_seconds``, the data
     module's texts (``tokenizer``, ``valid_src_text``, ``valid_ref_text``: without them only
-    the loss is validated) and the bookkeeping its ``__init__`` sets up (``_val_sums``,
+    the loss is validated; ``valid_directions``, when a multilingual run has it, for BLEU per
+    direction) and the bookkeeping its ``__init__`` sets up (``_val_sums``,
     ``_val_hyps``, ``_signature_shown``, ``_tick``).
     """
 
@@ -113,6 +114,12 @@ class ValidationMixin:
             return
         order = sorted(hyps)
         scores = score_corpus([hyps[i] for i in order], [self.valid_ref_text[i] for i in order])
+        per_direction = self._direction_scores(hyps, order)
+        if per_direction:  # the mean over directions: the best checkpoint follows it
+            for key in ("bleu", "chrf"):
+                scores[key] = sum(s[key] for s in per_direction.values()) / len(per_direction)
+                for name, s in per_direction.items():
+                    self.log(f"val/{key}/{name}", s[key], sync_dist=True)
         self.log("val/bleu", scores["bleu"], sync_dist=True)
         self.log("val/chrf", scores["chrf"], sync_dist=True)
         if self.trainer.sanity_checking:
@@ -124,13 +131,34 @@ class ValidationMixin:
         lines = [
             f"step {self.global_step}: val loss {loss_sum / tokens:.3f}, BLEU {scores['bleu']:.2f}, "
             f"chrF {scores['chrf']:.2f} ({len(order)} sentences)"
+            + (" (means over the directions)" if per_direction else "")
         ]
+        if per_direction:
+            lines.append(
+                "  BLEU per direction: "
+                + ", ".join(f"{name} {s['bleu']:.2f}" for name, s in per_direction.items())
+            )
         for i in order[: self.cfg.training.val_samples]:  # escaped: no raw control characters
             if self.valid_src_text is not None:
                 lines.append(f"  SRC {printable(self.valid_src_text[i])}")
             lines.append(f"  REF {printable(self.valid_ref_text[i])}")
             lines.append(f"  HYP {printable(hyps[i])}")
         self.print("\n".join(lines))
+
+    def _direction_scores(self, hyps: dict[int, str], order: list[int]) -> dict[str, dict]:
+        """BLEU and chrF of each direction of a multilingual validation set ({} when bilingual),
+        in the order the directions first appear."""
+        from seq2seq.evaluate import score_corpus
+
+        if not self.valid_directions:
+            return {}
+        groups: dict[str, list[int]] = {}
+        for i in order:
+            groups.setdefault(self.valid_directions[i], []).append(i)
+        return {
+            name: score_corpus([hyps[i] for i in idx], [self.valid_ref_text[i] for i in idx])
+            for name, idx in groups.items()
+        }
 
     def on_validation_end(self) -> None:
         self._tick = None  # tokens/second measures training only

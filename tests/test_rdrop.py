@@ -1,0 +1,112 @@
+"""R-Drop (Liang et al., 2021): the loss equals its definition, computed by hand with torch ops,
+and the training module runs two dropout passes only when asked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from seq2seq.config.loading import load_config
+from seq2seq.data import PAD_ID
+from seq2seq.model.loss import label_smoothed_nll, rdrop_loss
+from seq2seq.train.module import TranslationModule
+
+
+def _by_hand(logits1, logits2, target, eps, alpha):
+    """The paper's eq. 3 summed over the non-pad tokens, halved (rdrop_loss's docstring)."""
+    keep = target.ne(PAD_ID)
+    a, b, t = logits1[keep], logits2[keep], target[keep]  # (N, V), (N, V), (N,)
+    ce1 = F.cross_entropy(a, t, label_smoothing=eps, reduction="sum")
+    ce2 = F.cross_entropy(b, t, label_smoothing=eps, reduction="sum")
+    lp1, lp2 = F.log_softmax(a, -1), F.log_softmax(b, -1)
+    # F.kl_div(input, target) is KL(target || input) with input as log-probabilities
+    kl_12 = F.kl_div(lp2, lp1, log_target=True, reduction="sum")  # KL(p1 || p2)
+    kl_21 = F.kl_div(lp1, lp2, log_target=True, reduction="sum")  # KL(p2 || p1)
+    return (ce1 + ce2 + alpha * 0.5 * (kl_12 + kl_21)) / 2, int(keep.sum())
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.7, 5.0])
+def test_rdrop_loss_equals_its_definition(alpha):
+    gen = torch.Generator().manual_seed(0)
+    logits1 = torch.randn(2, 4, 7, generator=gen, dtype=torch.float64)  # (B, T, V)
+    logits2 = torch.randn(2, 4, 7, generator=gen, dtype=torch.float64)
+    target = torch.tensor([[4, 5, 6, PAD_ID], [3, 4, PAD_ID, PAD_ID]])  # (B, T), some padding
+    out = rdrop_loss(logits1, logits2, target, epsilon=0.1, alpha=alpha, ignore_index=PAD_ID)
+    want, n = _by_hand(logits1, logits2, target, 0.1, alpha)
+    assert out.n_tokens == n == 5
+    torch.testing.assert_close(out.loss, want)
+    nll1 = label_smoothed_nll(logits1, target, epsilon=0.0, ignore_index=PAD_ID).nll
+    nll2 = label_smoothed_nll(logits2, target, epsilon=0.0, ignore_index=PAD_ID).nll
+    torch.testing.assert_close(out.nll, (nll1 + nll2) / 2)
+
+
+def test_rdrop_kl_term_is_zero_for_equal_passes_and_grows_with_alpha():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(6, 9, generator=gen, dtype=torch.float64)
+    other = torch.randn(6, 9, generator=gen, dtype=torch.float64)
+    target = torch.tensor([4, 5, 6, 7, 8, PAD_ID])
+    same = rdrop_loss(logits, logits, target, epsilon=0.1, alpha=3.0, ignore_index=PAD_ID)
+    plain = label_smoothed_nll(logits, target, epsilon=0.1, ignore_index=PAD_ID)
+    torch.testing.assert_close(same.loss, plain.loss)
+    low = rdrop_loss(logits, other, target, epsilon=0.1, alpha=1.0, ignore_index=PAD_ID)
+    high = rdrop_loss(logits, other, target, epsilon=0.1, alpha=2.0, ignore_index=PAD_ID)
+    assert float(high.loss) > float(low.loss)
+
+
+def _module(dropout: float, alpha: float) -> TranslationModule:
+    cfg = load_config(
+        None,
+        [
+            "model.d_model=16",
+            "model.n_heads=2",
+            "model.d_ff=32",
+            "model.n_encoder_layers=1",
+            "model.n_decoder_layers=1",
+            f"model.dropout={dropout}",
+            f"training.rdrop_alpha={alpha}",
+            "training.label_smoothing=0.1",
+        ],
+    )
+    torch.manual_seed(0)
+    return TranslationModule(cfg=cfg, src_vocab_size=20, tgt_vocab_size=20)
+
+
+def _batch():
+    src = torch.tensor([[5, 6, 7, 3], [8, 9, 3, PAD_ID]])
+    tgt = torch.tensor([[2, 10, 11, 3], [2, 12, 3, PAD_ID]])
+    return src, tgt
+
+
+def test_module_rdrop_runs_two_dropout_passes_in_training_only():
+    src, tgt = _batch()
+    module = _module(dropout=0.3, alpha=1.0)
+    plain = _module(dropout=0.3, alpha=0.0)
+    plain.model.load_state_dict(module.model.state_dict())
+    module.train()
+    plain.train()
+    torch.manual_seed(5)
+    two = module.compute_loss(src, tgt)
+    # by hand: the same two dropout passes (same generator state), then rdrop_loss
+    torch.manual_seed(5)
+    keep = tgt[:, 1:].ne(PAD_ID)
+    passes = []
+    for _ in range(2):
+        memory, src_pad = plain.model.encode(src)
+        hidden = plain.model.decode(tgt[:, :-1], memory, src_pad)
+        passes.append(plain.model.project(hidden[keep]))
+    assert not torch.equal(passes[0], passes[1])  # dropout differs between the passes
+    want = rdrop_loss(*passes, tgt[:, 1:][keep], epsilon=0.1, alpha=1.0, ignore_index=PAD_ID)
+    torch.testing.assert_close(two.loss, want.loss)
+    module.eval()
+    plain.eval()
+    torch.testing.assert_close(
+        module.compute_loss(src, tgt).loss, plain.compute_loss(src, tgt).loss
+    )
+
+
+def test_rdrop_alpha_must_not_be_negative():
+    from seq2seq.config import ConfigError
+
+    with pytest.raises(ConfigError, match="rdrop_alpha"):
+        load_config(None, ["training.rdrop_alpha=-1"])
