@@ -12,6 +12,11 @@ _HOMES = {
     "BOS_ID": "tokenizer",
     "EOS_ID": "tokenizer",
     "PAD_ID": "tokenizer",
+    "SPECIAL_PIECES": "vocab_map",
+    "SRC_MODEL": "tokenizer",
+    "TGT_MODEL": "tokenizer",
+    "VOCAB_FILE": "vocab_map",
+    "VocabMapTokenizer": "vocab_map",
     "Detection": "language_id",
     "LanguageIdentifier": "language_id",
     "Tokenizer": "tokenizer",
@@ -20,6 +25,7 @@ _HOMES = {
     "get_corpus": "registry",
     "list_corpora": "registry",
     "prepare_corpus": "prepare",
+    "read_vocab_map": "vocab_map",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

@@ -32,6 +32,7 @@ __all__ = [
     "TGT_MODEL",
     "UNK_ID",
     "Tokenizer",
+    "encode_checked",
     "ensure_tokenizer",
     "model_files",
     "trained_options",
@@ -279,6 +280,10 @@ def ensure_tokenizer(
         UserError: A model in ``out_dir`` that differs from what is asked for.
     """
     out_dir = Path(out_dir)
+    if spm_model is not None and (Path(spm_model) / "vocab.json").is_file():  # a converted model
+        from seq2seq.data.vocab_map import adopt_vocab_map
+
+        return adopt_vocab_map(out_dir, spm_model)
     joint = options.get("joint", True)
     existing = model_files(out_dir, joint=joint)
     have = all(p.is_file() for p in existing)
@@ -335,6 +340,10 @@ def _encode(sp: spm.SentencePieceProcessor, texts: list[str] | str, out_type: ty
         raise
 
 
+encode_checked = _encode
+"""The one checked ``sp.encode`` (also used by :mod:`seq2seq.data.vocab_map`)."""
+
+
 def _load_processor(path: Path) -> spm.SentencePieceProcessor:
     try:
         sp = spm.SentencePieceProcessor(model_file=str(path))
@@ -376,6 +385,10 @@ class Tokenizer:
             joint: Which kind to load; None detects it (an error when both kinds are present).
         """
         directory = Path(directory)
+        if joint is not True and (directory / "vocab.json").is_file():  # a converted model
+            from seq2seq.data.vocab_map import VocabMapTokenizer
+
+            return VocabMapTokenizer.load(directory)
         has_joint = (directory / JOINT_MODEL).is_file()
         has_pair = all(p.is_file() for p in model_files(directory, joint=False))
         if joint is None:

@@ -20,6 +20,7 @@ _HOMES = {
     "Seq2SeqTransformer": "transformer",
     "attention_mask_from_pad": "masks",
     "block_causal_mask": "masks",
+    "convert_marian": "convert",
     "build_model": "transformer",
     "causal_mask": "masks",
     "label_smoothed_nll": "loss",
