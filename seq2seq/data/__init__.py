@@ -12,7 +12,7 @@ _HOMES = {
     "BOS_ID": "tokenizer",
     "EOS_ID": "tokenizer",
     "PAD_ID": "tokenizer",
-    "SPECIAL_PIECES": "vocab_map",
+    "SPECIAL_PIECES": "tokenizer",
     "SRC_MODEL": "tokenizer",
     "TGT_MODEL": "tokenizer",
     "VOCAB_FILE": "vocab_map",

@@ -7,8 +7,8 @@ models' own ids are not used. A model directory converted from such a model
 and :meth:`seq2seq.data.tokenizer.Tokenizer.load` returns a :class:`VocabMapTokenizer` for it.
 
 Our ``vocab.json`` maps every piece to *our* id, so the special ids are the toolkit's
-(``PAD_ID``, ``UNK_ID``, ``BOS_ID``, ``EOS_ID`` of :mod:`seq2seq.data.tokenizer`), and every
-other module works unchanged. It follows ``MarianTokenizer``:
+(:data:`seq2seq.data.tokenizer.SPECIAL_PIECES`, which the tokenizer module, their one owner,
+passes in), and every other module works unchanged. It follows ``MarianTokenizer``:
 
 - a piece missing from ``vocab.json`` is ``<unk>``;
 - a leading language code ``>>xx<<`` (multilingual targets) is one piece of its own;
@@ -24,24 +24,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import sentencepiece as spm
 
 from seq2seq.core import UserError, atomic_open, sha256_file
-from seq2seq.data.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    SRC_MODEL,
-    TGT_MODEL,
-    UNK_ID,
-    encode_checked,
-)
 
 __all__ = [
-    "SPECIAL_PIECES",
     "VOCAB_FILE",
     "VocabMapTokenizer",
     "adopt_vocab_map",
@@ -49,8 +39,6 @@ __all__ = [
 ]
 
 VOCAB_FILE = "vocab.json"
-SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
-"""The pieces our special ids carry in a ``vocab.json``."""
 _WORD_MARK = "\u2581"  # SentencePiece's word-boundary mark
 
 
@@ -92,40 +80,58 @@ def _language_code(text: str) -> tuple[list[str], str]:
 class VocabMapTokenizer:
     """Source and target SentencePiece models with one shared piece -> id map.
 
-    It has the interface of :class:`seq2seq.data.tokenizer.Tokenizer`.
+    It has the interface of :class:`seq2seq.data.tokenizer.Tokenizer`, which builds it
+    (``Tokenizer.load`` of a directory with a ``vocab.json``).
 
     Attributes:
-        files: ``[spm.src.model, spm.tgt.model, vocab.json]``.
+        files: ``[source model, target model, vocab.json]``.
         joint: False (two SentencePiece models).
     """
 
     joint = False
 
-    def __init__(self, *, src_model: str | Path, tgt_model: str | Path, vocab: str | Path) -> None:
-        """Load the two SentencePiece models and the map; the map must give our special ids
-        their pieces (:data:`SPECIAL_PIECES`)."""
+    def __init__(
+        self,
+        *,
+        src_model: str | Path,
+        tgt_model: str | Path,
+        vocab: str | Path,
+        specials: dict[int, str],
+        unk_id: int,
+        encode: Callable[[spm.SentencePieceProcessor, str, type], list],
+    ) -> None:
+        """Load the two SentencePiece models and the map.
+
+        Args:
+            src_model: the source SentencePiece model.
+            tgt_model: the target SentencePiece model.
+            vocab: the ``vocab.json`` piece -> id map.
+            specials: the special ids and the piece each must carry in the map.
+            unk_id: the id of a piece missing from the map.
+            encode: the checked ``sp.encode(text, out_type)`` of the tokenizer module.
+
+        Raises:
+            UserError: a missing or malformed file, or a map whose special ids carry other
+                pieces.
+        """
         src_model, tgt_model, vocab = Path(src_model), Path(tgt_model), Path(vocab)
+        missing = [str(p) for p in (src_model, tgt_model, vocab) if not p.is_file()]
+        if missing:
+            raise UserError(f"tokenizer file not found: {', '.join(missing)}")
         self.files = [src_model, tgt_model, vocab]
         self._src = _load_spm(src_model)
         self._tgt = _load_spm(tgt_model)
         self._ids = read_vocab_map(vocab)
+        self._unk = unk_id
+        self._specials = frozenset(specials)
+        self._encode_text = encode
         self._pieces = [""] * len(self._ids)
         for piece, i in self._ids.items():
             self._pieces[i] = piece
-        for i, piece in SPECIAL_PIECES.items():
+        for i, piece in specials.items():
             if i >= len(self._pieces) or self._pieces[i] != piece:
                 raise UserError(f"{vocab}: id {i} must be {piece!r} (seq2seq's special ids)")
         self._fingerprint: str | None = None
-
-    @classmethod
-    def load(cls, directory: str | Path) -> VocabMapTokenizer:
-        """Load ``spm.src.model``, ``spm.tgt.model`` and ``vocab.json`` from ``directory``."""
-        directory = Path(directory)
-        files = [directory / SRC_MODEL, directory / TGT_MODEL, directory / VOCAB_FILE]
-        missing = [str(p) for p in files if not p.is_file()]
-        if missing:
-            raise UserError(f"tokenizer file not found: {', '.join(missing)}")
-        return cls(src_model=files[0], tgt_model=files[1], vocab=files[2])
 
     @property
     def src_vocab_size(self) -> int:
@@ -145,8 +151,8 @@ class VocabMapTokenizer:
         out = []
         for text in texts:
             code, rest = _language_code(text)
-            pieces = code + encode_checked(sp, rest, str)
-            out.append([self._ids.get(p, UNK_ID) for p in pieces])
+            pieces = code + self._encode_text(sp, rest, str)
+            out.append([self._ids.get(p, self._unk) for p in pieces])
         return out
 
     def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
@@ -162,7 +168,7 @@ class VocabMapTokenizer:
         # skip_special_tokens drops <unk> too.
         out = []
         for row in ids:
-            pieces = [self._pieces[int(i)] for i in row if int(i) not in SPECIAL_PIECES]
+            pieces = [self._pieces[int(i)] for i in row if int(i) not in self._specials]
             out.append(self._src.decode_pieces(pieces).replace(_WORD_MARK, " ").strip())
         return out
 
@@ -177,7 +183,7 @@ class VocabMapTokenizer:
     def src_pieces(self, text: str) -> list[str]:
         """The source pieces of one sentence (plot labels)."""
         code, rest = _language_code(text)
-        return code + encode_checked(self._src, rest, str)
+        return code + self._encode_text(self._src, rest, str)
 
     def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
         """The piece of each id, specials included."""
@@ -199,18 +205,24 @@ class VocabMapTokenizer:
         )
 
 
-def adopt_vocab_map(out_dir: str | Path, parent: str | Path) -> VocabMapTokenizer:
-    """Copy a converted model's tokenizer files from ``parent`` into ``out_dir`` (fine-tuning).
+def adopt_vocab_map(out_dir: str | Path, parent: str | Path, names: Sequence[str]) -> None:
+    """Copy a converted model's tokenizer files ``names`` from ``parent`` into ``out_dir``
+    (fine-tuning); files already in ``out_dir`` must be byte for byte the parent's.
 
-    Files already in ``out_dir`` must be byte for byte the parent's.
+    Args:
+        out_dir: the new run's directory.
+        parent: the converted model directory.
+        names: the files to copy (the two SentencePiece models and ``vocab.json``).
 
     Raises:
-        UserError: a different tokenizer file already in ``out_dir``, naming it.
+        UserError: a missing parent file, or a different file already in ``out_dir``.
     """
     out_dir, parent = Path(out_dir), Path(parent)
-    VocabMapTokenizer.load(parent)  # complete and well-formed, or a clear error
+    missing = [str(parent / n) for n in names if not (parent / n).is_file()]
+    if missing:
+        raise UserError(f"tokenizer file not found: {', '.join(missing)}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name in (SRC_MODEL, TGT_MODEL, VOCAB_FILE):
+    for name in names:
         mine, theirs = out_dir / name, parent / name
         if mine.is_file():
             if sha256_file(mine) != sha256_file(theirs):
@@ -221,4 +233,3 @@ def adopt_vocab_map(out_dir: str | Path, parent: str | Path) -> VocabMapTokenize
             continue
         with atomic_open(mine, "wb") as f, open(theirs, "rb") as src:
             shutil.copyfileobj(src, f)
-    return VocabMapTokenizer.load(out_dir)

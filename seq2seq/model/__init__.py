@@ -22,6 +22,8 @@ _HOMES = {
     "block_causal_mask": "masks",
     "convert_marian": "convert",
     "build_model": "transformer",
+    "marian_order": "marian",
+    "to_marian_weights": "marian",
     "causal_mask": "masks",
     "label_smoothed_nll": "loss",
     "lengths_to_pad": "masks",

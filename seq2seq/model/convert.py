@@ -168,7 +168,9 @@ def _vocabulary(hf_dir: Path, cfg: dict) -> tuple[dict[str, int], list[int]]:
     marian = read_vocab_map(path)
     n = len(marian)
     if n != cfg["vocab_size"]:
-        raise UserError(f"{path} has {n} pieces, but config.json says vocab_size {cfg['vocab_size']}")
+        raise UserError(
+            f"{path} has {n} pieces, but config.json says vocab_size {cfg['vocab_size']}"
+        )
     pieces = [""] * n
     for piece, i in marian.items():
         pieces[i] = piece
@@ -262,7 +264,11 @@ def convert_marian(
     except UserError as e:
         raise UserError(f"{hf_dir / 'config.json'}: {e}") from None
     ours = from_marian_weights(
-        tensors, n_encoder_layers=n_enc, n_decoder_layers=n_dec, order=order, where=str(weights_path)
+        tensors,
+        n_encoder_layers=n_enc,
+        n_decoder_layers=n_dec,
+        order=order,
+        where=str(weights_path),
     )
     del tensors
     model = build_model(model_cfg, src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), pad_id=0)

@@ -137,9 +137,7 @@ class PositionalEncoding(nn.Module):
             self.weight = nn.Parameter(torch.empty(max_positions, d_model))
             nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
         else:
-            self.register_buffer(
-                "weight", _TABLES[kind](max_positions, d_model), persistent=False
-            )
+            self.register_buffer("weight", _TABLES[kind](max_positions, d_model), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Position vectors for positions offset .. offset+length-1: (L, D)."""

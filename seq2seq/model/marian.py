@@ -84,7 +84,10 @@ def marian_layer_names(side: str, i: int) -> dict[str, str]:
         "self_attn.out_proj": "self_attn.out_proj",
     }
     if side == "decoder":
-        names |= {"cross_res.norm": "encoder_attn_layer_norm", "cross_attn.out_proj": "encoder_attn.out_proj"}
+        names |= {
+            "cross_res.norm": "encoder_attn_layer_norm",
+            "cross_attn.out_proj": "encoder_attn.out_proj",
+        }
     return {
         f"{ours}{a}.{kind}": f"{theirs}{b}.{kind}"
         for a, b in names.items()
@@ -98,7 +101,10 @@ def _fused(side: str, i: int) -> list[tuple[str, list[str]]]:
     out = []
     for kind in ("weight", "bias"):
         out.append(
-            (f"{ours}self_attn.qkv_proj.{kind}", [f"{theirs}self_attn.{p}.{kind}" for p in _ATTN[:3]])
+            (
+                f"{ours}self_attn.qkv_proj.{kind}",
+                [f"{theirs}self_attn.{p}.{kind}" for p in _ATTN[:3]],
+            )
         )
         if side == "decoder":
             out.append((f"{ours}cross_attn.q_proj.{kind}", [f"{theirs}encoder_attn.q_proj.{kind}"]))
