@@ -22,9 +22,9 @@ import torch
 os.environ["HF_HUB_OFFLINE"] = "1"
 transformers = pytest.importorskip("transformers")
 
-N_TRAIN = 300
+N_TRAIN = 200
 N_TEST = 30  # the first training sentences: the small model has learnt them, so it stops
-STEPS = 300
+STEPS = 250
 MAX_NEW = 60  # generated tokens, EOS included: our max_len_b with max_len_a 0
 
 
@@ -44,6 +44,7 @@ def _train_spm(lines: list[str], prefix: Path, vocab_size: int) -> Path:
         vocab_size=vocab_size,
         model_type="unigram",
         character_coverage=1.0,
+        hard_vocab_limit=False,
         minloglevel=2,
     )
     model = prefix.with_suffix(".model")
@@ -89,8 +90,8 @@ def marian(tmp_path_factory, mirror):
     tgt = _lines(mirror, "train", "de", N_TRAIN)
     work = root / "spm"
     work.mkdir()
-    src_spm = _train_spm(src, work / "src", 160)
-    tgt_spm = _train_spm(tgt, work / "tgt", 200)
+    src_spm = _train_spm(src, work / "src", 800)
+    tgt_spm = _train_spm(tgt, work / "tgt", 800)
     vocab = _marian_vocab(src_spm, tgt_spm)
     hf_dir = root / "hf"
     hf_dir.mkdir()
@@ -126,13 +127,13 @@ def marian(tmp_path_factory, mirror):
     )
     torch.manual_seed(0)
     model = MarianMTModel(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     model.train()
-    # Tokenized once; each step takes 40 rows and trims the padding columns.
+    # Tokenized once; each step takes 24 rows and trims the padding columns.
     data = tok(src, text_target=tgt, padding=True, return_tensors="pt")
     g = torch.Generator().manual_seed(0)
     for _ in range(STEPS):
-        idx = torch.randint(0, N_TRAIN, (40,), generator=g)
+        idx = torch.randint(0, N_TRAIN, (24,), generator=g)
         ids, mask, labels = (data[k][idx] for k in ("input_ids", "attention_mask", "labels"))
         s_len, t_len = int(mask.sum(1).max()), int(labels.ne(pad).sum(1).max())
         labels = labels[:, :t_len]
@@ -243,10 +244,8 @@ def test_round_trip_export_hf_gives_the_same_translations(marian, tmp_path):
     hf_dir, model_dir, test_src, _ = marian
     out = tmp_path / "hf_again"
     _run("export", str(model_dir), "--format", "hf", "--out", str(out))
+    # (transformers 5 has no pipeline("translation") any more: MarianMTModel.generate is the API)
     assert _hf_translate(out, test_src, 4) == _hf_translate(hf_dir, test_src, 4)
-    pipe = transformers.pipeline("translation", model=str(out), tokenizer=str(out))
-    first = pipe(test_src[:1], num_beams=4, max_new_tokens=MAX_NEW, early_stopping=True)
-    assert first[0]["translation_text"] == _hf_translate(hf_dir, test_src[:1], 4)[0]
 
 
 def _break(hf_dir: Path, tmp: Path, how: str) -> Path:
@@ -263,7 +262,9 @@ def _break(hf_dir: Path, tmp: Path, how: str) -> Path:
         (bad / how).unlink()
     elif how == "shapes":
         cfg = json.loads((bad / "config.json").read_text())
-        (bad / "config.json").write_text(json.dumps({**cfg, "encoder_ffn_dim": 80}))
+        (bad / "config.json").write_text(
+            json.dumps({**cfg, "encoder_ffn_dim": 80, "decoder_ffn_dim": 80})
+        )
     return bad
 
 
@@ -485,5 +486,5 @@ def test_libretranslate_translate_on_a_converted_model(marian):
 
     response = asyncio.run(main())
     assert response.status_code == 200, response.text
-    expected = [t.text for t in translator.translate(test_src[:2])]
+    expected = translator.translate(test_src[:2])
     assert response.json()["translatedText"] == expected

@@ -16,7 +16,7 @@ def add_export(sub) -> None:
         sub,
         "export",
         "Export a model directory for fast inference (CTranslate2, ONNX) or for transformers\n"
-        "(hf: a MarianMT folder that MarianMTModel and pipeline('translation') load; the model\n"
+        "(hf: a MarianMT folder that transformers' MarianMTModel and MarianTokenizer load; the model\n"
         "must be Marian-shaped: post-norm, sinusoidal_marian positions, shared embeddings).\n\n"
         "The output folder is self-contained (weights, SentencePiece model(s), config.yaml,\n"
         "export.json, a README.md on loading it without seq2seq) and is what\n"

@@ -3,7 +3,8 @@
 ``seq2seq export MODEL_DIR --format hf --out DIR`` writes what
 ``transformers.MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained`` load
 (config.json, model.safetensors, generation_config.json, source.spm, target.spm, vocab.json,
-tokenizer_config.json), so ``pipeline("translation", model=DIR)`` translates with it. The
+tokenizer_config.json), so ``MarianMTModel.generate`` translates with it (and transformers 4's
+``pipeline("translation", model=DIR)``; transformers 5 has no translation pipeline). The
 weight and vocabulary mapping is :mod:`seq2seq.model.marian`, the one conversion in uses.
 
 Marian is one architecture, so a model whose shape it cannot express is refused up front,
