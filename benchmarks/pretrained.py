@@ -219,9 +219,7 @@ def main() -> int:
         print("|---|---|---|---|")
         for r in rows:
             ratio = f"{r['sent_per_s'] / base:.2f}x" if base else "-"
-            print(
-                f"| {r['engine']} | {r['sent_per_s']:.2f} | {ratio} | {r['peak_rss_mib']:.0f} |"
-            )
+            print(f"| {r['engine']} | {r['sent_per_s']:.2f} | {ratio} | {r['peak_rss_mib']:.0f} |")
     return 0
 
 
