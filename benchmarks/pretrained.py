@@ -159,8 +159,17 @@ def worker(engine: str, path: Path, groups_file: Path, threads: int) -> dict:
         "sentences": n,
         "seconds": seconds,
         "sent_per_s": n / seconds,
-        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mib": _peak_rss_mib(),
     }
+
+
+def _peak_rss_mib() -> float:
+    """This process' peak RSS (VmHWM). Not ru_maxrss: on Linux that survives fork + exec, so
+    a worker would report at least the parent's peak (which built the model)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def _size_mb(path: Path) -> float:
