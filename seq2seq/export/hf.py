@@ -10,8 +10,9 @@ weight and vocabulary mapping is :mod:`seq2seq.model.marian`, the one conversion
 Marian is one architecture, so a model whose shape it cannot express is refused up front,
 naming the option (:func:`check_hf_support`). For a converted OPUS-MT model the round trip is
 exact. For a model trained here, Marian has no start token: its decoder starts from ``<pad>``,
-which takes our ``<s>`` row, and our own ``<pad>`` row is dropped; as neither is ever a
-training target, their probabilities are tiny and translations are unchanged.
+which takes our ``<s>`` row, and our own ``<pad>`` row is dropped; neither is ever a
+training target, so their probabilities are tiny, but the log-probabilities are not exactly
+ours (the tests check the converted round trip, not this case).
 Needs the ``hf`` extra (transformers).
 """
 
@@ -59,7 +60,7 @@ def check_hf_support(cfg_model, where: str) -> None:
             raise ExportError(f"{where}: MarianMT cannot express {what}")
 
 
-def _pieces(loaded, model_dir: Path) -> list[str]:
+def _pieces(loaded) -> list[str]:
     """Every piece in our id order."""
     if hasattr(loaded.tokenizer, "pieces"):
         return loaded.tokenizer.pieces()
@@ -94,7 +95,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
     require("transformers")
     from transformers import GenerationConfig, MarianConfig
 
-    ours = _pieces(loaded, model_dir)
+    ours = _pieces(loaded)
     order = marian_order(len(ours))
     pieces = [ours[i] for i in order]
     pieces[0], pieces[1], pieces[-1] = "</s>", "<unk>", "<pad>"
