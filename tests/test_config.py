@@ -167,12 +167,13 @@ TINY = ["model.d_model=32", "model.n_heads=2"]
             "model.decoder_mask in the command line is 'diagonal'; expected one of causal, window, block",
         ),
         (
-            "model.activation=swish",
-            "model.activation in the command line is 'swish'; expected one of relu, gelu",
+            "model.activation=tanh",
+            "model.activation in the command line is 'tanh'; expected one of relu, gelu, swish",
         ),
         (
             "model.positions=rotary",
-            "model.positions in the command line is 'rotary'; expected one of sinusoidal, learned",
+            "model.positions in the command line is 'rotary'; expected one of sinusoidal, "
+            "sinusoidal_marian, learned",
         ),
         (
             "training.accelerator=tpuu",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from seq2seq.cli.convert import add_convert
 from seq2seq.cli.data import add_prepare
 from seq2seq.cli.evaluate import add_evaluate
 from seq2seq.cli.export import add_export
@@ -37,6 +38,7 @@ _SUBCOMMANDS = (
     add_evaluate,
     add_score,
     add_export,
+    add_convert,
 )
 
 

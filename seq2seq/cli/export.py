@@ -15,7 +15,9 @@ def add_export(sub) -> None:
     p = add_command(
         sub,
         "export",
-        "Export a model directory for fast inference: CTranslate2 or ONNX.\n\n"
+        "Export a model directory for fast inference (CTranslate2, ONNX) or for transformers\n"
+        "(hf: a MarianMT folder that transformers' MarianMTModel and MarianTokenizer load; the model\n"
+        "must be Marian-shaped: post-norm, sinusoidal_marian positions, shared embeddings).\n\n"
         "The output folder is self-contained (weights, SentencePiece model(s), config.yaml,\n"
         "export.json, a README.md on loading it without seq2seq) and is what\n"
         "`seq2seq translate --engine ctranslate2|onnx OUT` reads. CTranslate2 cannot express\n"
@@ -25,12 +27,13 @@ def add_export(sub) -> None:
         "seq2seq export runs/multi30k_small --format ctranslate2 --quantization int8 "
         "--out runs/m30k_ct2_int8\n"
         "seq2seq export runs/multi30k_small --format onnx --out runs/m30k_onnx\n"
+        "seq2seq export runs/opus_en_de --format hf --out runs/opus_en_de_hf\n"
         "seq2seq translate --engine ctranslate2 runs/m30k_ct2 -i test.en --beam 5",
     )
     p.add_argument("model_dir", metavar="MODEL_DIR", help="model directory (seq2seq train --out)")
     p.add_argument(
         "--format",
-        choices=["ctranslate2", "onnx"],
+        choices=["ctranslate2", "onnx", "hf"],
         help="export format (default: the model's export.format)",
     )
     p.add_argument("--out", required=True, metavar="DIR", help="the folder to create")

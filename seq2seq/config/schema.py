@@ -55,6 +55,8 @@ def _fraction(prefix: str, obj: Any, *keys: str) -> None:
             raise InvalidValue(prefix + key, f"must be in [0, 1), got {value}")
 
 
+ACTIVATIONS = ("relu", "gelu", "swish")
+POSITIONS = ("sinusoidal", "sinusoidal_marian", "learned")
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
 _MAX_TIME_RE = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
 
@@ -219,16 +221,24 @@ class ModelConfig:
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     activation: str = "relu"
-    """Feed-forward activation: ``relu`` or ``gelu``."""
+    """Feed-forward activation: ``relu``, ``gelu`` or ``swish`` (SiLU, x * sigmoid(x), as
+    OPUS-MT's Marian models use)."""
     norm_first: bool = True
     """Pre-norm (True) or post-norm (False, the original Transformer)."""
     positions: str = "sinusoidal"
-    """Position encoding: ``sinusoidal`` or ``learned``."""
+    """Position encoding: ``sinusoidal`` (tensor2tensor's frequencies), ``sinusoidal_marian``
+    (Marian's: frequencies 10000 ** (-2i / d_model), sines in the first half, cosines in the
+    second) or ``learned``."""
     max_positions: int = 1024
     share_embeddings: bool = True
     """Share source and target token embeddings (needs a joint vocabulary)."""
     tie_output: bool = True
     """Tie the output projection to the target embedding."""
+    scale_embeddings: bool = True
+    """Multiply token embeddings by sqrt(d_model) before adding the positions."""
+    final_logits_bias: bool = False
+    """Add a fixed (not trained) bias vector to the output logits, as Marian models have; a
+    converted OPUS-MT model also uses it to keep the start token out of the softmax."""
     decoder_mask: str = "causal"
     """Decoder self-attention mask: ``causal``, ``window`` or ``block``."""
     window: int = 16
@@ -249,8 +259,8 @@ class ModelConfig:
                 f"must divide {prefix}d_model ({self.d_model}), got {self.n_heads}",
             )
         _fraction(prefix, self, "dropout", "attention_dropout", "activation_dropout")
-        _choice(prefix, "activation", self.activation, ("relu", "gelu"))
-        _choice(prefix, "positions", self.positions, ("sinusoidal", "learned"))
+        _choice(prefix, "activation", self.activation, ACTIVATIONS)
+        _choice(prefix, "positions", self.positions, POSITIONS)
         _choice(prefix, "decoder_mask", self.decoder_mask, ("causal", "window", "block"))
         _at_least(prefix, self, 2, "max_positions")
         _at_least(prefix, self, 1, "window", "block_size")

@@ -13,6 +13,11 @@ _HOMES = {
     "BOS_ID": "tokenizer",
     "EOS_ID": "tokenizer",
     "PAD_ID": "tokenizer",
+    "SPECIAL_PIECES": "tokenizer",
+    "SRC_MODEL": "tokenizer",
+    "TGT_MODEL": "tokenizer",
+    "VOCAB_FILE": "vocab_map",
+    "VocabMapTokenizer": "vocab_map",
     "Detection": "language_id",
     "LanguageIdentifier": "language_id",
     "Tokenizer": "tokenizer",
@@ -24,6 +29,7 @@ _HOMES = {
     "resolve_direction": "tags",
     "tag_for": "tags",
     "tag_source": "tags",
+    "read_vocab_map": "vocab_map",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

@@ -22,12 +22,14 @@ from pathlib import Path
 import sentencepiece as spm
 
 from seq2seq.core import UserError, atomic_open, sha256_file
+from seq2seq.data.vocab_map import VOCAB_FILE, VocabMapTokenizer, adopt_vocab_map
 
 __all__ = [
     "BOS_ID",
     "EOS_ID",
     "JOINT_MODEL",
     "PAD_ID",
+    "SPECIAL_PIECES",
     "SRC_MODEL",
     "TGT_MODEL",
     "UNK_ID",
@@ -43,6 +45,8 @@ UNK_ID = 1
 BOS_ID = 2
 EOS_ID = 3
 _DROPPED_BY_DECODE = frozenset({PAD_ID, BOS_ID, EOS_ID})
+SPECIAL_PIECES = {PAD_ID: "<pad>", UNK_ID: "<unk>", BOS_ID: "<s>", EOS_ID: "</s>"}
+"""The piece of each special id (a converted model's ``vocab.json`` carries them too)."""
 
 JOINT_MODEL = "spm.model"
 SRC_MODEL = "spm.src.model"
@@ -299,6 +303,9 @@ def ensure_tokenizer(
         UserError: A model in ``out_dir`` that differs from what is asked for.
     """
     out_dir = Path(out_dir)
+    if spm_model is not None and (Path(spm_model) / VOCAB_FILE).is_file():  # a converted model
+        adopt_vocab_map(out_dir, spm_model, [SRC_MODEL, TGT_MODEL, VOCAB_FILE])
+        return Tokenizer.load(out_dir, joint=False)
     joint = options.get("joint", True)
     existing = model_files(out_dir, joint=joint)
     have = all(p.is_file() for p in existing)
@@ -399,6 +406,15 @@ class Tokenizer:
             joint: Which kind to load; None detects it (an error when both kinds are present).
         """
         directory = Path(directory)
+        if joint is not True and (directory / VOCAB_FILE).is_file():  # a converted model
+            return VocabMapTokenizer(
+                src_model=directory / SRC_MODEL,
+                tgt_model=directory / TGT_MODEL,
+                vocab=directory / VOCAB_FILE,
+                specials=SPECIAL_PIECES,
+                unk_id=UNK_ID,
+                encode=_encode,
+            )
         has_joint = (directory / JOINT_MODEL).is_file()
         has_pair = all(p.is_file() for p in model_files(directory, joint=False))
         if joint is None:

@@ -102,7 +102,7 @@ def check_ctranslate2_support(cfg_model, where: str) -> None:
             f"(model.decoder_mask: window, window {cfg_model.window}); export this model with "
             "--format onnx instead"
         )
-    if cfg_model.activation not in ("relu", "gelu"):
+    if cfg_model.activation not in ("relu", "gelu", "swish"):
         raise ExportError(f"{where}: activation {cfg_model.activation!r} has no CTranslate2 equal")
 
 
@@ -122,11 +122,10 @@ def ctranslate2_spec(model, *, src_pieces: list[str], tgt_pieces: list[str], spe
 
     enc, dec = model.encoder, model.decoder
     pre_norm = enc.final_norm is not None
-    activation = (
-        common_spec.Activation.GELU
-        if enc.layers[0].ff.activation is torch.nn.functional.gelu
-        else common_spec.Activation.RELU
-    )
+    activation = {
+        torch.nn.functional.gelu: common_spec.Activation.GELU,
+        torch.nn.functional.silu: common_spec.Activation.SWISH,
+    }.get(enc.layers[0].ff.activation, common_spec.Activation.RELU)
     enc_spec = transformer_spec.TransformerEncoderSpec(
         len(enc.layers), model.n_heads, pre_norm=pre_norm, activation=activation
     )
@@ -149,7 +148,8 @@ def ctranslate2_spec(model, *, src_pieces: list[str], tgt_pieces: list[str], spe
             else side_spec.embeddings
         )
         emb.weight = _np(side.embedding.weight)
-        side_spec.scale_embeddings = True  # ours: embedding * sqrt(d_model), then + position
+        # ours: embedding * sqrt(d_model) (unless model.scale_embeddings is false), + position
+        side_spec.scale_embeddings = side.embedding.scale != 1.0
         side_spec.position_encodings.encodings = _np(side.positions.weight)  # row p = position p
         if side.final_norm is not None:
             _set_norm(side_spec.layer_norm, side.final_norm)
@@ -166,6 +166,8 @@ def ctranslate2_spec(model, *, src_pieces: list[str], tgt_pieces: list[str], spe
             _set_linear(layer_spec.ffn.linear_1, layer.ff.linear2)
             _set_norm(layer_spec.ffn.layer_norm, layer.ff_res.norm)
     dec_spec.projection.weight = _np(model.output_proj.weight)
+    if model.final_logits_bias is not None:
+        dec_spec.projection.bias = _np(model.final_logits_bias)
 
     spec.register_source_vocabulary(list(src_pieces))
     spec.register_target_vocabulary(list(tgt_pieces))
@@ -267,7 +269,10 @@ def export_ctranslate2(
 
     model, special = loaded.model, special_ids()
     src_spm, tgt_spm = side_spm(model_dir)
-    src_pieces, tgt_pieces = _pieces(src_spm), _pieces(tgt_spm)
+    if hasattr(loaded.tokenizer, "pieces"):  # a converted model: ids from its vocab.json
+        src_pieces = tgt_pieces = loaded.tokenizer.pieces()
+    else:
+        src_pieces, tgt_pieces = _pieces(src_spm), _pieces(tgt_spm)
     spec = ctranslate2_spec(model, src_pieces=src_pieces, tgt_pieces=tgt_pieces, special=special)
     spec.optimize(quantization=None if quantization == "none" else quantization)
     with atomic_dir(out_dir, overwrite=force) as tmp:

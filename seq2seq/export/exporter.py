@@ -12,11 +12,12 @@ from pathlib import Path
 from seq2seq.config import ExportConfig, load_config
 from seq2seq.export.ctranslate2 import export_ctranslate2
 from seq2seq.export.format import ExportError
+from seq2seq.export.hf import export_hf
 from seq2seq.export.onnx import export_onnx
 
 __all__ = ["FORMATS", "export_model"]
 
-FORMATS = ("ctranslate2", "onnx")
+FORMATS = ("ctranslate2", "onnx", "hf")
 
 
 def export_model(
@@ -28,7 +29,7 @@ def export_model(
     opset: int | None = None,
     force: bool = False,
 ) -> Path:
-    """Export ``model_dir`` to ``out_dir`` in ``fmt`` (``ctranslate2`` or ``onnx``).
+    """Export ``model_dir`` to ``out_dir`` in ``fmt`` (``ctranslate2``, ``onnx`` or ``hf``).
 
     An option left None takes the model's config.yaml ``export`` section (the defaults of
     :class:`~seq2seq.config.experiment.ExportConfig` without a config.yaml); an ONNX export
@@ -37,7 +38,7 @@ def export_model(
     Args:
         model_dir: a seq2seq model directory.
         out_dir: the folder to create.
-        fmt: ``ctranslate2`` or ``onnx``.
+        fmt: ``ctranslate2``, ``onnx`` or ``hf`` (a MarianMT folder for transformers).
         quantization: the CTranslate2 weight type (``none``: float32).
         opset: the ONNX opset.
         force: replace an existing ``out_dir``.
@@ -60,6 +61,10 @@ def export_model(
         opset = defaults.opset
     if fmt not in FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; expected one of {', '.join(FORMATS)}")
+    if fmt == "hf":
+        if quantization != "none":
+            raise ExportError(f"--quantization {quantization} applies to --format ctranslate2 only")
+        return export_hf(model_dir, out_dir, force=force)
     if fmt == "onnx":
         if quantization != "none":
             raise ExportError(f"--quantization {quantization} applies to --format ctranslate2 only")

@@ -57,6 +57,7 @@ EXPORT_FORMAT = "seq2seq-export"
 EXPORT_VERSION = 1
 EXPORT_FILE = "export.json"
 SPM_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
+VOCAB_FILE = "vocab.json"  # seq2seq.data.VOCAB_FILE; kept here so the format module stays light
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder_step.onnx"
 
@@ -89,6 +90,8 @@ def _spm_files(model_dir: Path) -> list[str]:
     names = [n for n in SPM_FILES if (model_dir / n).is_file()]
     if not names:
         raise ExportError(f"{model_dir} has no SentencePiece model (spm.model)")
+    if (model_dir / VOCAB_FILE).is_file():  # a converted model's piece -> id map
+        names.append(VOCAB_FILE)
     return names
 
 

@@ -22,8 +22,12 @@ __all__ = [
     "PositionalEncoding",
     "TokenEmbedding",
     "dropout",
+    "marian_sinusoidal_table",
     "sinusoidal_table",
 ]
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu}
+"""Feed-forward activations by their config name (``model.activation``)."""
 
 _DROP_SCALE = 1 << 15  # the CPU mask compares 15-bit uniform integers: p in steps of 1/32768
 
@@ -80,14 +84,34 @@ def sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
     return table
 
 
-class TokenEmbedding(nn.Module):
-    """Token embedding multiplied by sqrt(d_model); the padding row is zero."""
+def marian_sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
+    """Marian's sinusoidal positions: row p = [sin(p*w_0..), cos(p*w_0..)], w_i = 10000 **
+    (-2i / d_model).
 
-    def __init__(self, *, vocab_size: int, d_model: int, pad_id: int) -> None:
+    The frequencies differ from :func:`sinusoidal_table`'s (whose exponent divides by
+    d_model/2 - 1), so a converted OPUS-MT model needs this table to reproduce its outputs.
+    Computed in float64 (as Marian's own code does) and rounded once. Returns (P, D).
+    """
+    half = (d_model + 1) // 2  # an odd width has one more sine than cosine, as in Marian
+    i = torch.arange(half, dtype=torch.float64)
+    freqs = torch.pow(10000.0, -2.0 * i / d_model)  # (ceil(D/2),)
+    angles = torch.arange(n_positions, dtype=torch.float64)[:, None] * freqs[None, :]
+    table = torch.cat([angles.sin(), angles.cos()[:, : d_model // 2]], dim=1)
+    return table.to(torch.float32)
+
+
+_TABLES = {"sinusoidal": sinusoidal_table, "sinusoidal_marian": marian_sinusoidal_table}
+
+
+class TokenEmbedding(nn.Module):
+    """Token embedding, multiplied by sqrt(d_model) unless ``scale`` is False; the padding row
+    starts at zero."""
+
+    def __init__(self, *, vocab_size: int, d_model: int, pad_id: int, scale: bool = True) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.pad_id = pad_id
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else 1.0
         nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
         with torch.no_grad():
             self.weight[pad_id].zero_()
@@ -98,21 +122,22 @@ class TokenEmbedding(nn.Module):
 
 
 class PositionalEncoding(nn.Module):
-    """Adds position information: a fixed sinusoidal table or learned embeddings."""
+    """Adds position information: a fixed sinusoidal table (``sinusoidal`` or
+    ``sinusoidal_marian``) or learned embeddings; positions count from 0."""
 
     def __init__(self, *, kind: str, max_positions: int, d_model: int) -> None:
         super().__init__()
-        if kind not in ("sinusoidal", "learned"):
-            raise ValueError(f"unknown positions {kind!r}; expected sinusoidal or learned")
+        if kind not in (*_TABLES, "learned"):
+            raise ValueError(
+                f"unknown positions {kind!r}; expected sinusoidal, sinusoidal_marian or learned"
+            )
         self.kind = kind
         self.max_positions = max_positions
         if kind == "learned":
             self.weight = nn.Parameter(torch.empty(max_positions, d_model))
             nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
         else:
-            self.register_buffer(
-                "weight", sinusoidal_table(max_positions, d_model), persistent=False
-            )
+            self.register_buffer("weight", _TABLES[kind](max_positions, d_model), persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Position vectors for positions offset .. offset+length-1: (L, D)."""
@@ -139,11 +164,13 @@ class FeedForward(nn.Module):
         self, *, d_model: int, d_ff: int, activation: str, activation_dropout: float
     ) -> None:
         super().__init__()
-        if activation not in ("relu", "gelu"):
-            raise ValueError(f"unknown activation {activation!r}; expected relu or gelu")
+        if activation not in ACTIVATIONS:
+            raise ValueError(
+                f"unknown activation {activation!r}; expected one of {', '.join(ACTIVATIONS)}"
+            )
         self.linear1 = nn.Linear(d_model, d_ff)
         self.linear2 = nn.Linear(d_ff, d_model)
-        self.activation = F.relu if activation == "relu" else F.gelu
+        self.activation = ACTIVATIONS[activation]
         self.dropout = Dropout(activation_dropout)
 
     def forward(self, x: Tensor) -> Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
@@ -61,6 +62,8 @@ class Seq2SeqTransformer(nn.Module):
         max_positions: int = 1024,
         share_embeddings: bool = True,
         tie_output: bool = True,
+        scale_embeddings: bool = True,
+        final_logits_bias: bool = False,
         decoder_mask: str = "causal",
         window: int = 16,
         block_size: int = 8,
@@ -78,11 +81,15 @@ class Seq2SeqTransformer(nn.Module):
         self.d_model = d_model
         self.n_heads = n_heads
         self.max_positions = max_positions
-        tgt_embed = TokenEmbedding(vocab_size=tgt_vocab_size, d_model=d_model, pad_id=pad_id)
+        tgt_embed = TokenEmbedding(
+            vocab_size=tgt_vocab_size, d_model=d_model, pad_id=pad_id, scale=scale_embeddings
+        )
         src_embed = (
             tgt_embed
             if share_embeddings
-            else TokenEmbedding(vocab_size=src_vocab_size, d_model=d_model, pad_id=pad_id)
+            else TokenEmbedding(
+                vocab_size=src_vocab_size, d_model=d_model, pad_id=pad_id, scale=scale_embeddings
+            )
         )
         common = dict(
             d_model=d_model,
@@ -119,6 +126,12 @@ class Seq2SeqTransformer(nn.Module):
             self.output_proj.weight = tgt_embed.weight
         else:
             nn.init.normal_(self.output_proj.weight, mean=0.0, std=d_model**-0.5)
+        # A buffer, not a parameter: fine-tuning leaves it as it is, as Marian's training does.
+        self.final_logits_bias: Tensor | None
+        if final_logits_bias:
+            self.register_buffer("final_logits_bias", torch.zeros(tgt_vocab_size))  # (V,)
+        else:
+            self.final_logits_bias = None
         self._init_linear()
 
     def _init_linear(self) -> None:
@@ -143,7 +156,10 @@ class Seq2SeqTransformer(nn.Module):
 
     def project(self, hidden: Tensor) -> Tensor:
         """Hidden states (..., D) -> vocabulary logits (..., V)."""
-        return self.output_proj(hidden)
+        logits = self.output_proj(hidden)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias
+        return logits
 
     def forward(self, src_ids: Tensor, tgt_in: Tensor) -> Tensor:
         """(B, S) source ids, (B, T) target inputs (BOS first) -> logits (B, T, V)."""
@@ -263,6 +279,8 @@ def build_model(
         max_positions=cfg.max_positions,
         share_embeddings=cfg.share_embeddings,
         tie_output=cfg.tie_output,
+        scale_embeddings=cfg.scale_embeddings,
+        final_logits_bias=cfg.final_logits_bias,
         decoder_mask=cfg.decoder_mask,
         window=cfg.window,
         block_size=cfg.block_size,

@@ -1,0 +1,236 @@
+"""An OPUS-MT-sized Marian model: transformers ``generate`` against our engines.
+
+Builds a Marian-shaped model of OPUS-MT's real size (d_model 512, 6+6 layers, 8 heads, ffn
+2048, a 58,101-piece vocabulary, random weights: speed does not depend on them) with
+transformers' own classes, saves it with ``save_pretrained``, converts it with ``seq2seq
+convert marian`` (timed), exports it to CTranslate2 float32 and int8, and decodes Multi30K
+test sentences at beam 4 with each engine, each in its own subprocess (for its peak RSS) on
+``--threads`` threads.
+
+Equal work: the sentences are grouped by the length of their reference (target pieces + EOS),
+and every engine decodes each group with its output length forced to that length (minimum and
+maximum length both the reference length; transformers: ``min_new_tokens`` = L - 1,
+``max_new_tokens`` = L, EOS forced last), so every engine computes the same number of decoder
+steps. Prints one table; the numbers go in docs/benchmarks.md.
+
+    SEQ2SEQ_MIRROR=/path/to/mirror python benchmarks/pretrained.py --sentences 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from needs import mirror, run
+
+VOCAB = 58_101  # Helsinki-NLP/opus-mt-en-de's vocabulary size
+ENGINES = ("transformers", "torch", "ctranslate2", "ctranslate2-int8")
+
+
+def _lines(root: Path, split: str, lang: str, n: int) -> list[str]:
+    path = root / "data" / "task1" / "raw" / f"{split}.{lang}.gz"
+    if not path.is_file():
+        path = root / "multi30k" / "data" / "task1" / "raw" / f"{split}.{lang}.gz"
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return [line.strip() for _, line in zip(range(n), f)]
+
+
+def build_hf_model(root: Path, out: Path) -> None:
+    """A random OPUS-MT-sized MarianMTModel with real SentencePiece models, saved at ``out``."""
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    out.mkdir(parents=True)
+    work = out.parent / "spm"
+    work.mkdir()
+    for side, lang in (("source", "en"), ("target", "de")):
+        text = work / f"{lang}.txt"
+        text.write_text("\n".join(_lines(root, "train", lang, 29_000)) + "\n", encoding="utf-8")
+        spm.SentencePieceTrainer.train(
+            input=str(text),
+            model_prefix=str(work / lang),
+            vocab_size=8000,
+            model_type="unigram",
+            hard_vocab_limit=False,
+            minloglevel=2,
+        )
+        shutil.copyfile(work / f"{lang}.model", out / f"{side}.spm")
+    vocab = {"</s>": 0, "<unk>": 1}
+    for lang in ("en", "de"):
+        sp = spm.SentencePieceProcessor(model_file=str(work / f"{lang}.model"))
+        for i in range(sp.get_piece_size()):
+            if not (sp.is_control(i) or sp.is_unknown(i)):
+                vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    while len(vocab) < VOCAB - 1:  # OPUS-MT's size: pieces no sentence here uses
+        vocab[f"\u2581unused{len(vocab)}"] = len(vocab)
+    vocab["<pad>"] = VOCAB - 1
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    config = MarianConfig(
+        vocab_size=VOCAB,
+        decoder_vocab_size=VOCAB,
+        d_model=512,
+        encoder_layers=6,
+        decoder_layers=6,
+        encoder_attention_heads=8,
+        decoder_attention_heads=8,
+        encoder_ffn_dim=2048,
+        decoder_ffn_dim=2048,
+        activation_function="swish",
+        max_position_embeddings=512,
+        pad_token_id=VOCAB - 1,
+        eos_token_id=0,
+        decoder_start_token_id=VOCAB - 1,
+        forced_eos_token_id=0,
+        scale_embedding=True,
+    )
+    torch.manual_seed(0)
+    model = MarianMTModel(config).eval()
+    model.generation_config.bad_words_ids = [[VOCAB - 1]]
+    model.save_pretrained(out)
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": "en", "target_lang": "de", "separate_vocabs": False})
+    )
+
+
+def groups(hf_dir: Path, root: Path, n: int) -> list[tuple[int, list[str]]]:
+    """(L, sources) for the first ``n`` test sentences, grouped by reference length L."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(hf_dir / "target.spm"))
+    src = _lines(root, "test_2016_flickr", "en", n)
+    ref = _lines(root, "test_2016_flickr", "de", n)
+    by_len: dict[int, list[str]] = {}
+    for s, r in zip(src, ref):
+        by_len.setdefault(len(sp.encode(r)) + 1, []).append(s)
+    return sorted(by_len.items())
+
+
+def worker(engine: str, path: Path, groups_file: Path, threads: int) -> dict:
+    """Decode every group with ``engine``; return sentences/s and peak RSS."""
+    import torch
+
+    torch.set_num_threads(threads)
+    work = json.loads(groups_file.read_text(encoding="utf-8"))
+    if engine == "transformers":
+        from transformers import MarianMTModel, MarianTokenizer
+
+        model = MarianMTModel.from_pretrained(path).eval()
+        tok = MarianTokenizer.from_pretrained(path)
+
+        def decode(length: int, sentences: list[str]) -> None:
+            for i in range(0, len(sentences), 32):
+                batch = tok(sentences[i : i + 32], padding=True, return_tensors="pt")
+                with torch.inference_mode():
+                    model.generate(
+                        **batch,
+                        num_beams=4,
+                        min_new_tokens=length - 1,
+                        max_new_tokens=length,
+                        early_stopping=True,
+                    )
+    else:
+        from seq2seq.decode import Translator
+
+        kind = "torch" if engine == "torch" else "ctranslate2"
+        translator = Translator.load(path, engine=kind)
+
+        def decode(length: int, sentences: list[str]) -> None:
+            translator.translate(
+                sentences, beam_size=4, min_len=length, max_len_a=0.0, max_len_b=length
+            )
+
+    n = sum(len(s) for _, s in work)
+    start = time.perf_counter()
+    for length, sentences in work:
+        decode(length, sentences)
+    seconds = time.perf_counter() - start
+    return {
+        "engine": engine,
+        "sentences": n,
+        "seconds": seconds,
+        "sent_per_s": n / seconds,
+        "peak_rss_mib": _peak_rss_mib(),
+    }
+
+
+def _peak_rss_mib() -> float:
+    """This process' peak RSS (VmHWM). Not ru_maxrss: on Linux that survives fork + exec, so
+    a worker would report at least the parent's peak (which built the model)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _size_mb(path: Path) -> float:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 1e6
+
+
+def _cli(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "seq2seq.cli", *args], check=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
+    ap.add_argument("--sentences", type=int, default=500)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--path", help=argparse.SUPPRESS)
+    ap.add_argument("--groups", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, Path(args.path), Path(args.groups), args.threads)))
+        return 0
+    root = Path(mirror(args.mirror))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    with tempfile.TemporaryDirectory(prefix="pretrained-bench-") as tmp:
+        tmp = Path(tmp)
+        hf_dir, model_dir = tmp / "hf", tmp / "converted"
+        build_hf_model(root, hf_dir)
+        start = time.perf_counter()
+        _cli("convert", "marian", str(hf_dir), "--out", str(model_dir))
+        convert_s = time.perf_counter() - start
+        paths = {"transformers": hf_dir, "torch": model_dir}
+        for name, quantization in (("ctranslate2", "none"), ("ctranslate2-int8", "int8")):
+            paths[name] = tmp / name
+            _cli(
+                "export", str(model_dir), "--format", "ctranslate2",
+                "--quantization", quantization, "--out", str(paths[name]),
+            )  # fmt: skip
+        groups_file = tmp / "groups.json"
+        work = groups(hf_dir, root, args.sentences)
+        groups_file.write_text(json.dumps(work), encoding="utf-8")
+        rows = []
+        for engine in args.engines.split(","):
+            env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+            cmd = [
+                sys.executable, __file__, "--worker", engine, "--path", str(paths[engine]),
+                "--groups", str(groups_file), "--threads", str(args.threads),
+            ]  # fmt: skip
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        base = next((r["sent_per_s"] for r in rows if r["engine"] == "transformers"), None)
+        print(f"converted in {convert_s:.1f} s; model directory {_size_mb(model_dir):.1f} MB")
+        print(f"{len(work)} length groups, beam 4, {args.threads} threads")
+        print("| engine | sentences/s | vs transformers | peak RSS (MiB) |")
+        print("|---|---|---|---|")
+        for r in rows:
+            ratio = f"{r['sent_per_s'] / base:.2f}x" if base else "-"
+            print(f"| {r['engine']} | {r['sent_per_s']:.2f} | {ratio} | {r['peak_rss_mib']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)

@@ -1,0 +1,46 @@
+"""``seq2seq convert marian``: a Hugging Face MarianMT (OPUS-MT) folder as a model directory."""
+
+from __future__ import annotations
+
+import sys
+
+from seq2seq.cli.arguments import add_command
+from seq2seq.core import check_paths
+
+__all__ = ["add_convert"]
+
+
+def add_convert(sub) -> None:
+    """Add ``seq2seq convert``."""
+    p = add_command(
+        sub,
+        "convert",
+        "Convert a pretrained model into a seq2seq model directory.\n\n"
+        "`convert marian HF_DIR` reads a local MarianMT folder (OPUS-MT, as transformers'\n"
+        "save_pretrained or `huggingface-cli download` leaves it: config.json, model.safetensors,\n"
+        "source.spm, target.spm, vocab.json) and writes a model directory that translate,\n"
+        "score, evaluate, serve, export and train --init-from use like any other. Nothing is\n"
+        "downloaded; a folder that is not a convertible Marian model is refused and nothing\n"
+        "is written at --out.",
+        "seq2seq convert marian opus-mt-en-de --out runs/opus_en_de\n"
+        "seq2seq translate runs/opus_en_de -i test.en --beam 4",
+    )
+    p.add_argument("kind", choices=["marian"], help="the kind of model (marian: OPUS-MT)")
+    p.add_argument("hf_dir", metavar="HF_DIR", help="the local Hugging Face model folder")
+    p.add_argument("--out", required=True, metavar="MODEL_DIR", help="the directory to create")
+    p.add_argument(
+        "--pair",
+        metavar="SRC-TGT",
+        help="language pair for data.pair (default: tokenizer_config.json's languages)",
+    )
+    p.add_argument("--force", action="store_true", help="replace an existing --out directory")
+    p.set_defaults(run=_run_convert)
+
+
+def _run_convert(args) -> int:
+    from seq2seq.model import convert_marian
+
+    check_paths(input_dirs=[("HF_DIR", args.hf_dir)], replaced_dirs=[("--out", args.out)])
+    out = convert_marian(args.hf_dir, args.out, pair=args.pair, force=args.force)
+    print(f"converted {args.hf_dir} -> {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,235 @@
+"""A tokenizer whose ids come from a piece -> id map (``vocab.json``), not from SentencePiece.
+
+OPUS-MT (Marian) models tokenize the source with one SentencePiece model and the target with
+another, and map both sides' pieces to ids through one shared ``vocab.json``; the SentencePiece
+models' own ids are not used. A model directory converted from such a model
+(:mod:`seq2seq.model.convert`) holds ``spm.src.model``, ``spm.tgt.model`` and ``vocab.json``,
+and :meth:`seq2seq.data.tokenizer.Tokenizer.load` returns a :class:`VocabMapTokenizer` for it.
+
+Our ``vocab.json`` maps every piece to *our* id, so the special ids are the toolkit's
+(:data:`seq2seq.data.tokenizer.SPECIAL_PIECES`, which the tokenizer module, their one owner,
+passes in), and every other module works unchanged. It follows ``MarianTokenizer``:
+
+- a piece missing from ``vocab.json`` is ``<unk>``;
+- a leading language code ``>>xx<<`` (multilingual targets) is one piece of its own;
+- decoding drops the special tokens, joins the pieces with the SentencePiece model the
+  Marian tokenizer decodes with (the source one: the vocabulary is shared) and turns each
+  remaining word-boundary mark into a space.
+
+EOS is appended by the collate function, as for every model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import sentencepiece as spm
+
+from seq2seq.core import UserError, atomic_open, sha256_file
+
+__all__ = [
+    "VOCAB_FILE",
+    "VocabMapTokenizer",
+    "adopt_vocab_map",
+    "read_vocab_map",
+]
+
+VOCAB_FILE = "vocab.json"
+_WORD_MARK = "\u2581"  # SentencePiece's word-boundary mark
+
+
+def read_vocab_map(path: str | Path) -> dict[str, int]:
+    """Read a ``vocab.json`` piece -> id map and check that the ids are 0 .. V-1, each once.
+
+    Raises:
+        UserError: a file that is not such a map, naming it.
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is not a JSON vocabulary ({e})") from None
+    if not isinstance(data, dict) or not data:
+        raise UserError(f"{path} is not a piece -> id map (a non-empty JSON object)")
+    ids = sorted(data.values()) if all(type(v) is int for v in data.values()) else None
+    if ids != list(range(len(data))):
+        raise UserError(f"{path}: the ids must be the integers 0 .. {len(data) - 1}, each once")
+    return data
+
+
+def _load_spm(path: Path) -> spm.SentencePieceProcessor:
+    try:
+        return spm.SentencePieceProcessor(model_file=str(path))
+    except (OSError, RuntimeError) as e:
+        raise UserError(f"{path} is not a SentencePiece model ({e})") from None
+
+
+def _language_code(text: str) -> tuple[list[str], str]:
+    """Split a leading ``>>xx<<`` off ``text``, as MarianTokenizer does."""
+    if text.startswith(">>"):
+        end = text.find("<<")
+        if end != -1:
+            return [text[: end + 2]], text[end + 2 :]
+    return [], text
+
+
+class VocabMapTokenizer:
+    """Source and target SentencePiece models with one shared piece -> id map.
+
+    It has the interface of :class:`seq2seq.data.tokenizer.Tokenizer`, which builds it
+    (``Tokenizer.load`` of a directory with a ``vocab.json``).
+
+    Attributes:
+        files: ``[source model, target model, vocab.json]``.
+        joint: False (two SentencePiece models).
+    """
+
+    joint = False
+
+    def __init__(
+        self,
+        *,
+        src_model: str | Path,
+        tgt_model: str | Path,
+        vocab: str | Path,
+        specials: dict[int, str],
+        unk_id: int,
+        encode: Callable[[spm.SentencePieceProcessor, str, type], list],
+    ) -> None:
+        """Load the two SentencePiece models and the map.
+
+        Args:
+            src_model: the source SentencePiece model.
+            tgt_model: the target SentencePiece model.
+            vocab: the ``vocab.json`` piece -> id map.
+            specials: the special ids and the piece each must carry in the map.
+            unk_id: the id of a piece missing from the map.
+            encode: the checked ``sp.encode(text, out_type)`` of the tokenizer module.
+
+        Raises:
+            UserError: a missing or malformed file, or a map whose special ids carry other
+                pieces.
+        """
+        src_model, tgt_model, vocab = Path(src_model), Path(tgt_model), Path(vocab)
+        missing = [str(p) for p in (src_model, tgt_model, vocab) if not p.is_file()]
+        if missing:
+            raise UserError(f"tokenizer file not found: {', '.join(missing)}")
+        self.files = [src_model, tgt_model, vocab]
+        self._src = _load_spm(src_model)
+        self._tgt = _load_spm(tgt_model)
+        self._ids = read_vocab_map(vocab)
+        self._unk = unk_id
+        self._specials = frozenset(specials)
+        self._encode_text = encode
+        self._pieces = [""] * len(self._ids)
+        for piece, i in self._ids.items():
+            self._pieces[i] = piece
+        for i, piece in specials.items():
+            if i >= len(self._pieces) or self._pieces[i] != piece:
+                raise UserError(f"{vocab}: id {i} must be {piece!r} (seq2seq's special ids)")
+        self._fingerprint: str | None = None
+
+    @property
+    def src_vocab_size(self) -> int:
+        """Vocabulary size V (specials included; shared by both sides)."""
+        return len(self._pieces)
+
+    @property
+    def tgt_vocab_size(self) -> int:
+        """Vocabulary size V (the source's)."""
+        return len(self._pieces)
+
+    def pieces(self) -> list[str]:
+        """Every piece, in id order (an export's vocabulary)."""
+        return list(self._pieces)
+
+    def _encode(self, sp: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[list[int]]:
+        out = []
+        for text in texts:
+            code, rest = _language_code(text)
+            pieces = code + self._encode_text(sp, rest, str)
+            out.append([self._ids.get(p, self._unk) for p in pieces])
+        return out
+
+    def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
+        """Source sentences -> ids (no EOS): source pieces looked up in the map."""
+        return self._encode(self._src, list(texts))
+
+    def encode_tgt(self, texts: Sequence[str]) -> list[list[int]]:
+        """Target sentences -> ids (no BOS/EOS): target pieces looked up in the map."""
+        return self._encode(self._tgt, list(texts))
+
+    def _decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        # MarianTokenizer decodes with the source model when the vocabulary is shared, and
+        # skip_special_tokens drops <unk> too.
+        out = []
+        for row in ids:
+            pieces = [self._pieces[int(i)] for i in row if int(i) not in self._specials]
+            out.append(self._src.decode_pieces(pieces).replace(_WORD_MARK, " ").strip())
+        return out
+
+    def decode_src(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Source ids -> text; special ids anywhere are dropped."""
+        return self._decode(ids)
+
+    def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
+        """Target ids -> text, as ``MarianTokenizer.decode(ids, skip_special_tokens=True)``."""
+        return self._decode(ids)
+
+    def src_pieces(self, text: str) -> list[str]:
+        """The source pieces of one sentence (plot labels)."""
+        code, rest = _language_code(text)
+        return code + self._encode_text(self._src, rest, str)
+
+    def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
+        """The piece of each id, specials included."""
+        return [self._pieces[int(i)] for i in ids]
+
+    def fingerprint(self) -> str:
+        """sha256 over the three files: two tokenizers encode alike iff this is equal."""
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for path in self.files:
+                h.update(bytes.fromhex(sha256_file(path)))
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+    def __repr__(self) -> str:
+        return (
+            f"VocabMapTokenizer(vocab_size={len(self._pieces)}, "
+            f"files={[str(p) for p in self.files]})"
+        )
+
+
+def adopt_vocab_map(out_dir: str | Path, parent: str | Path, names: Sequence[str]) -> None:
+    """Copy a converted model's tokenizer files ``names`` from ``parent`` into ``out_dir``
+    (fine-tuning); files already in ``out_dir`` must be byte for byte the parent's.
+
+    Args:
+        out_dir: the new run's directory.
+        parent: the converted model directory.
+        names: the files to copy (the two SentencePiece models and ``vocab.json``).
+
+    Raises:
+        UserError: a missing parent file, or a different file already in ``out_dir``.
+    """
+    out_dir, parent = Path(out_dir), Path(parent)
+    missing = [str(parent / n) for n in names if not (parent / n).is_file()]
+    if missing:
+        raise UserError(f"tokenizer file not found: {', '.join(missing)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        mine, theirs = out_dir / name, parent / name
+        if mine.is_file():
+            if sha256_file(mine) != sha256_file(theirs):
+                raise UserError(
+                    f"{mine} is not the tokenizer file of {parent}; remove it, or use a new "
+                    "--out directory"
+                )
+            continue
+        with atomic_open(mine, "wb") as f, open(theirs, "rb") as src:
+            shutil.copyfileobj(src, f)

@@ -1,0 +1,171 @@
+"""Hugging Face export: a model directory as a MarianMT folder.
+
+``seq2seq export MODEL_DIR --format hf --out DIR`` writes what
+``transformers.MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained`` load
+(config.json, model.safetensors, generation_config.json, source.spm, target.spm, vocab.json,
+tokenizer_config.json), so ``MarianMTModel.generate`` translates with it (and transformers 4's
+``pipeline("translation", model=DIR)``; transformers 5 has no translation pipeline). The
+weight and vocabulary mapping is :mod:`seq2seq.model.marian`, the one conversion in uses.
+
+Marian is one architecture, so a model whose shape it cannot express is refused up front,
+naming the option (:func:`check_hf_support`). For a converted OPUS-MT model the round trip is
+exact. For a model trained here, Marian has no start token: its decoder starts from ``<pad>``,
+which takes our ``<s>`` row, and our own ``<pad>`` row is dropped; neither is ever a
+training target, so their probabilities are tiny, but the log-probabilities are not exactly
+ours (the tests check the converted round trip, not this case).
+Needs the ``hf`` extra (transformers).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from seq2seq.core import atomic_dir
+from seq2seq.export.format import ExportError, check_out, require, side_spm
+from seq2seq.model import load_model_dir, marian_order, to_marian_weights
+
+__all__ = ["check_hf_support", "export_hf"]
+
+_MARIAN_ACTIVATION = {"swish": "swish", "gelu": "gelu", "relu": "relu"}
+
+
+def check_hf_support(cfg_model, where: str) -> None:
+    """Raise :class:`~seq2seq.export.format.ExportError` naming the first option MarianMT
+    cannot express.
+
+    Args:
+        cfg_model: the model section of the config.
+        where: what the message names (the config file).
+    """
+    refusals = [
+        (cfg_model.norm_first, "model.norm_first: true (pre-norm); Marian is post-norm"),
+        (
+            cfg_model.positions != "sinusoidal_marian",
+            f"model.positions: {cfg_model.positions}; Marian computes sinusoidal_marian positions",
+        ),
+        (
+            cfg_model.decoder_mask != "causal",
+            f"model.decoder_mask: {cfg_model.decoder_mask}; Marian's decoder mask is causal",
+        ),
+        (
+            not cfg_model.share_embeddings,
+            "model.share_embeddings: false; Marian shares one embedding",
+        ),
+        (not cfg_model.tie_output, "model.tie_output: false; Marian ties the output projection"),
+    ]
+    for refused, what in refusals:
+        if refused:
+            raise ExportError(f"{where}: MarianMT cannot express {what}")
+
+
+def _pieces(loaded) -> list[str]:
+    """Every piece in our id order."""
+    if hasattr(loaded.tokenizer, "pieces"):
+        return loaded.tokenizer.pieces()
+    return loaded.tokenizer.tgt_pieces(range(loaded.tokenizer.tgt_vocab_size))
+
+
+def _languages(pair: str) -> tuple[str, str]:
+    src, _, tgt = pair.partition("-")
+    return src, tgt
+
+
+def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False) -> Path:
+    """Write ``out_dir``, a MarianMT folder of the model directory ``model_dir``.
+
+    Args:
+        model_dir: a seq2seq model directory.
+        out_dir: the folder to create.
+        force: replace an existing ``out_dir``.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        ExportError: an option Marian cannot express (named), a model with two vocabularies,
+            an existing ``out_dir`` without ``force``, or no transformers.
+    """
+    model_dir, out_dir = Path(model_dir), Path(out_dir)
+    check_out(out_dir, force)
+    loaded = load_model_dir(model_dir, device="cpu")
+    m = loaded.cfg.model
+    check_hf_support(m, str(model_dir / "config.yaml"))
+    require("transformers")
+    from transformers import GenerationConfig, MarianConfig
+
+    ours = _pieces(loaded)
+    order = marian_order(len(ours))
+    pieces = [ours[i] for i in order]
+    pieces[0], pieces[1], pieces[-1] = "</s>", "<unk>", "<pad>"
+    vocab = {}
+    for i, piece in enumerate(pieces):
+        vocab.setdefault(piece, i)  # a piece twice (never in practice) keeps its first id
+    n, pad = len(pieces), len(pieces) - 1
+    d = loaded.cfg.decoding
+    config = MarianConfig(
+        vocab_size=n,
+        decoder_vocab_size=n,
+        d_model=m.d_model,
+        encoder_layers=m.n_encoder_layers,
+        decoder_layers=m.n_decoder_layers,
+        encoder_attention_heads=m.n_heads,
+        decoder_attention_heads=m.n_heads,
+        encoder_ffn_dim=m.d_ff,
+        decoder_ffn_dim=m.d_ff,
+        activation_function=_MARIAN_ACTIVATION[m.activation],
+        max_position_embeddings=m.max_positions,
+        scale_embedding=m.scale_embeddings,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        activation_dropout=m.activation_dropout,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=0,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        architectures=["MarianMTModel"],
+    )
+    generation = GenerationConfig(
+        bad_words_ids=[[pad]],
+        decoder_start_token_id=pad,
+        eos_token_id=0,
+        forced_eos_token_id=0,
+        pad_token_id=pad,
+        num_beams=d.beam_size,
+        max_length=m.max_positions,
+    )
+    tensors = to_marian_weights(
+        loaded.model.state_dict(),
+        n_encoder_layers=m.n_encoder_layers,
+        n_decoder_layers=m.n_decoder_layers,
+    )
+    from safetensors.torch import save_file
+
+    src_lang, tgt_lang = _languages(loaded.cfg.data.pair)
+    src_spm, tgt_spm = side_spm(model_dir)
+    with atomic_dir(out_dir, overwrite=force) as tmp:
+        config.save_pretrained(tmp)
+        generation.save_pretrained(tmp)
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        shutil.copyfile(src_spm, tmp / "source.spm")
+        shutil.copyfile(tgt_spm, tmp / "target.spm")
+        (tmp / "vocab.json").write_text(
+            json.dumps(vocab, ensure_ascii=False, indent=0) + "\n", encoding="utf-8"
+        )
+        tokenizer_config = {
+            "tokenizer_class": "MarianTokenizer",
+            "source_lang": src_lang,
+            "target_lang": tgt_lang,
+            "separate_vocabs": False,
+            "model_max_length": m.max_positions,
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "pad_token": "<pad>",
+        }
+        (tmp / "tokenizer_config.json").write_text(
+            json.dumps(tokenizer_config, indent=2) + "\n", encoding="utf-8"
+        )
+    return out_dir

@@ -1,0 +1,283 @@
+"""Convert a Hugging Face MarianMT (OPUS-MT) folder into a model directory.
+
+``seq2seq convert marian HF_DIR --out MODEL_DIR``. The folder is what transformers'
+``save_pretrained`` writes (``config.json``, ``model.safetensors`` or ``pytorch_model.bin``,
+``source.spm``, ``target.spm``, ``vocab.json``; ``tokenizer_config.json`` and
+``generation_config.json`` are read when present). Nothing is downloaded and transformers is
+not imported: the conversion reads JSON, SentencePiece and safetensors (a ``.bin`` file only
+through ``torch.load(weights_only=True)``, which runs no pickled code).
+
+The result is an ordinary model directory (:mod:`seq2seq.model.directory`) whose tokenizer is
+a :class:`~seq2seq.data.vocab_map.VocabMapTokenizer`; the name, shape and vocabulary mapping
+is :mod:`seq2seq.model.marian`. A folder that is not a Marian model, or whose weights disagree
+with its config, is a :class:`~seq2seq.core.UserError` of one line, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+
+from seq2seq.config import DecodingConfig, ExperimentConfig, ModelConfig
+from seq2seq.core import UserError, atomic_dir
+from seq2seq.data import SPECIAL_PIECES, SRC_MODEL, TGT_MODEL, VOCAB_FILE, read_vocab_map
+from seq2seq.model.directory import save_model_dir
+from seq2seq.model.marian import ACTIVATIONS, from_marian_weights, marian_shapes, our_order
+from seq2seq.model.transformer import build_model
+
+__all__ = ["convert_marian", "read_marian_config"]
+
+_SAFETENSORS = "model.safetensors"
+_PICKLE = "pytorch_model.bin"
+_LANG = re.compile(r"[A-Za-z]{2,3}([_-][A-Za-z0-9]+)?")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{path} is not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path} is not a JSON object")
+    return data
+
+
+def read_marian_config(hf_dir: str | Path) -> dict:
+    """``config.json`` of a Marian folder, checked for what conversion can map.
+
+    Raises:
+        UserError: no config.json, another ``model_type``, or an option that has no
+            equivalent here (separate vocabularies, pre-norm, ...), naming the key.
+    """
+    path = Path(hf_dir) / "config.json"
+    if not path.is_file():
+        raise UserError(f"{path} not found: {hf_dir} is not a Hugging Face model folder")
+    cfg = _read_json(path)
+    if cfg.get("model_type") != "marian":
+        raise UserError(
+            f"{path}: model_type is {cfg.get('model_type')!r}; seq2seq converts 'marian' models"
+        )
+    need = (
+        "d_model",
+        "encoder_layers",
+        "decoder_layers",
+        "encoder_attention_heads",
+        "encoder_ffn_dim",
+        "vocab_size",
+        "pad_token_id",
+        "eos_token_id",
+    )
+    for key in need:
+        if type(cfg.get(key)) is not int:
+            raise UserError(f"{path}: {key} is missing or not an integer")
+    pairs = (
+        ("decoder_attention_heads", "encoder_attention_heads"),
+        ("decoder_ffn_dim", "encoder_ffn_dim"),
+        ("decoder_vocab_size", "vocab_size"),
+        ("decoder_start_token_id", "pad_token_id"),
+    )
+    for key, same in pairs:
+        if cfg.get(key, cfg[same]) != cfg[same]:
+            raise UserError(
+                f"{path}: {key} {cfg[key]} differs from {same} {cfg[same]}; seq2seq maps only "
+                f"Marian models where they are equal"
+            )
+    if not cfg.get("share_encoder_decoder_embeddings", True):
+        raise UserError(f"{path}: share_encoder_decoder_embeddings is false (not supported)")
+    for key in ("normalize_before", "normalize_embedding", "add_final_layer_norm"):
+        if cfg.get(key):
+            raise UserError(f"{path}: {key} is true; Marian models are post-norm (not supported)")
+    if not cfg.get("static_position_embeddings", True):
+        raise UserError(f"{path}: static_position_embeddings is false (not supported)")
+    if cfg.get("activation_function", "swish") not in ACTIVATIONS:
+        raise UserError(
+            f"{path}: activation_function {cfg.get('activation_function')!r} is not one of "
+            f"{', '.join(ACTIVATIONS)}"
+        )
+    return cfg
+
+
+def _read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
+    """The folder's tensors, read without running pickled code."""
+    safetensors, pickled = hf_dir / _SAFETENSORS, hf_dir / _PICKLE
+    if safetensors.is_file():
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        try:
+            return load_file(str(safetensors)), safetensors
+        except (SafetensorError, OSError, ValueError) as e:
+            raise UserError(f"{safetensors} is not a safetensors file ({e})") from None
+    if pickled.is_file():
+        try:
+            tensors = torch.load(str(pickled), map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 (an unpickling error of any kind is the same)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"{pickled} cannot be read safely ({first})") from None
+        if not isinstance(tensors, dict):
+            raise UserError(f"{pickled} does not hold a state dict")
+        return tensors, pickled
+    raise UserError(f"no weights in {hf_dir} (expected {_SAFETENSORS} or {_PICKLE})")
+
+
+def _check_shapes(tensors: dict[str, torch.Tensor], expected: dict, weights: Path) -> None:
+    for name, shape in expected.items():
+        if name == "model.shared.weight" and name not in tensors:
+            name = "model.encoder.embed_tokens.weight"
+        if name == "final_logits_bias" and name not in tensors:
+            continue  # absent: zero
+        if name not in tensors:
+            raise UserError(f"{weights}: weight {name} is missing")
+        have = tuple(tensors[name].shape)
+        if have != tuple(shape) and not (name == "final_logits_bias" and have == shape[1:]):
+            raise UserError(
+                f"{weights}: {name} has shape {list(have)}, but config.json says {list(shape)}"
+            )
+
+
+def _pair(hf_dir: Path, pair: str | None) -> str:
+    if pair is not None:
+        return pair
+    path = hf_dir / "tokenizer_config.json"
+    if path.is_file():
+        tok = _read_json(path)
+        src, tgt = tok.get("source_lang"), tok.get("target_lang")
+        if all(isinstance(x, str) and _LANG.fullmatch(x) for x in (src, tgt)):
+            return f"{src}-{tgt}"
+    return "src-tgt"
+
+
+def _decoding(hf_dir: Path, cfg: dict) -> DecodingConfig:
+    """The model's search defaults: its generation config's beam (fairseq-style lengths)."""
+    gen = cfg
+    path = hf_dir / "generation_config.json"
+    if path.is_file():
+        gen = {**cfg, **_read_json(path)}
+    beam = gen.get("num_beams")
+    return DecodingConfig(beam_size=beam) if type(beam) is int and beam >= 1 else DecodingConfig()
+
+
+def _vocabulary(hf_dir: Path, cfg: dict) -> tuple[dict[str, int], list[int]]:
+    """Our piece -> id map and :func:`~seq2seq.model.marian.our_order` for the folder."""
+    path = hf_dir / "vocab.json"
+    marian = read_vocab_map(path)
+    n = len(marian)
+    if n != cfg["vocab_size"]:
+        raise UserError(
+            f"{path} has {n} pieces, but config.json says vocab_size {cfg['vocab_size']}"
+        )
+    pieces = [""] * n
+    for piece, i in marian.items():
+        pieces[i] = piece
+    pad, eos = cfg["pad_token_id"], cfg["eos_token_id"]
+    unk = marian.get("<unk>")
+    if unk is None:
+        raise UserError(f"{path} has no '<unk>' piece")
+    if not (0 <= pad < n and 0 <= eos < n):
+        raise UserError(f"config.json: pad_token_id {pad} or eos_token_id {eos} outside {path}")
+    order = our_order(n, pad=pad, unk=unk, eos=eos)
+    ours = {SPECIAL_PIECES[i]: i for i in range(4)}
+    for our_id, marian_id in enumerate(order[4:], start=4):
+        piece = pieces[marian_id]
+        if piece in ours:
+            raise UserError(f"{path}: piece {piece!r} clashes with seq2seq's special pieces")
+        ours[piece] = our_id
+    return ours, order
+
+
+def convert_marian(
+    hf_dir: str | Path, out_dir: str | Path, *, pair: str | None = None, force: bool = False
+) -> Path:
+    """Write the model directory ``out_dir`` from the Marian folder ``hf_dir``.
+
+    Args:
+        hf_dir: a local MarianMT folder (as ``save_pretrained`` or ``huggingface-cli download``
+            leaves it).
+        out_dir: the model directory to create.
+        pair: ``src-tgt`` for ``data.pair`` (default: ``tokenizer_config.json``'s languages).
+        force: replace an existing ``out_dir``.
+
+    Returns:
+        ``out_dir``.
+
+    Raises:
+        UserError: a folder that is not a convertible Marian model (one line, naming the file
+            and what is wrong), or an existing ``out_dir`` without ``force``.
+    """
+    hf_dir, out_dir = Path(hf_dir), Path(out_dir)
+    if not hf_dir.is_dir():
+        raise UserError(f"Marian folder not found: {hf_dir}")
+    if out_dir.exists() and not force:
+        raise UserError(f"{out_dir} already exists; pass --force to replace it")
+    cfg = read_marian_config(hf_dir)
+    for name in ("source.spm", "target.spm", "vocab.json"):
+        if not (hf_dir / name).is_file():
+            raise UserError(f"{hf_dir / name} not found: a Marian folder needs its tokenizer files")
+    vocab, order = _vocabulary(hf_dir, cfg)
+    tensors, weights_path = _read_weights(hf_dir)
+    n_enc, n_dec = cfg["encoder_layers"], cfg["decoder_layers"]
+    shapes = marian_shapes(
+        vocab_size=cfg["vocab_size"],
+        d_model=cfg["d_model"],
+        d_ff=cfg["encoder_ffn_dim"],
+        n_encoder_layers=n_enc,
+        n_decoder_layers=n_dec,
+    )
+    _check_shapes(tensors, shapes, weights_path)
+    if cfg["d_model"] % cfg["encoder_attention_heads"]:
+        raise UserError(f"{hf_dir / 'config.json'}: encoder_attention_heads must divide d_model")
+    model_cfg = ModelConfig(
+        d_model=cfg["d_model"],
+        n_heads=cfg["encoder_attention_heads"],
+        d_ff=cfg["encoder_ffn_dim"],
+        n_encoder_layers=n_enc,
+        n_decoder_layers=n_dec,
+        dropout=float(cfg.get("dropout", 0.1)),
+        attention_dropout=float(cfg.get("attention_dropout", 0.0)),
+        activation_dropout=float(cfg.get("activation_dropout", 0.0)),
+        activation=ACTIVATIONS[cfg.get("activation_function", "swish")],
+        norm_first=False,
+        positions="sinusoidal_marian",
+        max_positions=int(cfg.get("max_position_embeddings", 512)),
+        share_embeddings=True,
+        tie_output=True,
+        scale_embeddings=bool(cfg.get("scale_embedding", False)),
+        final_logits_bias=True,
+    )
+    experiment = ExperimentConfig(
+        data=replace(
+            ExperimentConfig().data,
+            pair=_pair(hf_dir, pair),
+            joint_vocab=False,
+            vocab_size=len(vocab),
+        ),
+        model=model_cfg,
+        decoding=_decoding(hf_dir, cfg),
+    )
+    try:
+        experiment.validate()
+    except UserError as e:
+        raise UserError(f"{hf_dir / 'config.json'}: {e}") from None
+    ours = from_marian_weights(
+        tensors,
+        n_encoder_layers=n_enc,
+        n_decoder_layers=n_dec,
+        order=order,
+        where=str(weights_path),
+    )
+    del tensors
+    model = build_model(model_cfg, src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), pad_id=0)
+    model.load_state_dict(ours, strict=False)  # the tied and shared aliases are one tensor
+    with atomic_dir(out_dir, overwrite=force) as tmp:
+        shutil.copyfile(hf_dir / "source.spm", tmp / SRC_MODEL)
+        shutil.copyfile(hf_dir / "target.spm", tmp / TGT_MODEL)
+        with open(tmp / VOCAB_FILE, "w", encoding="utf-8") as f:
+            json.dump(vocab, f, ensure_ascii=False, indent=0)
+            f.write("\n")
+        save_model_dir(tmp, model, experiment, weights=ours)
+    return out_dir

@@ -1,0 +1,236 @@
+"""The mapping between Hugging Face MarianMT (OPUS-MT) and our model, used both ways.
+
+Conversion in (:mod:`seq2seq.model.convert`) and export out (:mod:`seq2seq.export.hf`) share
+the three tables here: the config keys, the weight names, and the vocabulary order.
+
+**Architecture.** A Marian model is our post-norm Transformer (``model.norm_first: false``)
+with Marian's sinusoidal positions (``sinusoidal_marian``), the activation its config names,
+embeddings scaled by sqrt(d_model) (``scale_embedding``), one embedding shared by both sides
+and tied to the output, and a fixed ``final_logits_bias`` (``model.final_logits_bias``).
+Marian's separate q/k/v projections are our fused ``qkv_proj`` (self-attention) and ``q_proj``
++ ``kv_proj`` (cross-attention).
+
+**Vocabulary.** Marian numbers its pieces with ``</s>`` 0, ``<unk>`` 1 and ``<pad>`` last,
+and its decoder starts from ``<pad>``: it has no BOS. Our ids are the toolkit's
+(``<pad>`` 0, ``<unk>`` 1, ``<s>`` 2, ``</s>`` 3), so a converted model has one row more
+than the Marian one: our ``<s>`` row is a copy of Marian's ``<pad>`` row (the decoder's
+first input is then the same vector), and its output bias is :data:`START_BIAS`, which keeps
+it out of the softmax, so every log-probability equals Marian's. The other pieces keep
+Marian's order. On export the ``<s>`` row becomes Marian's ``<pad>`` (the decoder start) and
+our ``<pad>`` row is dropped.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seq2seq.core import UserError
+from seq2seq.data import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+__all__ = [
+    "ACTIVATIONS",
+    "START_BIAS",
+    "from_marian_weights",
+    "marian_layer_names",
+    "marian_order",
+    "marian_shapes",
+    "our_order",
+    "to_marian_weights",
+]
+
+START_BIAS = -1.0e4
+"""Output bias of a converted model's ``<s>`` row: exp(-1e4) is 0 in float32 (and -1e4 fits
+float16), so the row adds nothing to the softmax; it is finite because a model directory
+refuses non-finite weights."""
+
+ACTIVATIONS = {"swish": "swish", "silu": "swish", "gelu": "gelu", "relu": "relu"}
+"""Marian's ``activation_function`` -> our ``model.activation``."""
+
+_ATTN = ("q_proj", "k_proj", "v_proj", "out_proj")
+
+
+def our_order(n_marian: int, *, pad: int, unk: int, eos: int) -> list[int]:
+    """For each of our ids, the Marian id whose row it takes (our ``<s>`` takes ``pad``'s).
+
+    Returns:
+        A list of ``n_marian + 1`` Marian ids: ``[pad, unk, pad, eos, the rest in order]``.
+    """
+    rest = [i for i in range(n_marian) if i not in (pad, unk, eos)]
+    order = [0] * 4
+    order[PAD_ID], order[UNK_ID], order[BOS_ID], order[EOS_ID] = pad, unk, pad, eos
+    return order + rest
+
+
+def marian_order(n_ours: int) -> list[int]:
+    """For each Marian id of an exported model, our id whose row it takes.
+
+    Marian's order is ``</s>`` 0, ``<unk>`` 1, our other pieces in order, then ``<pad>``
+    (our ``<s>`` row: the decoder's start). Our ``<pad>`` row is not exported.
+    """
+    rest = [i for i in range(n_ours) if i not in (PAD_ID, UNK_ID, BOS_ID, EOS_ID)]
+    return [EOS_ID, UNK_ID, *rest, BOS_ID]
+
+
+def marian_layer_names(side: str, i: int) -> dict[str, str]:
+    """Our name -> Marian's for the norms and feed-forward of layer ``i`` (``encoder`` or
+    ``decoder``); attention projections are fused and handled separately."""
+    ours, theirs = f"{side}.layers.{i}.", f"model.{side}.layers.{i}."
+    names = {
+        "self_res.norm": "self_attn_layer_norm",
+        "ff.linear1": "fc1",
+        "ff.linear2": "fc2",
+        "ff_res.norm": "final_layer_norm",
+        "self_attn.out_proj": "self_attn.out_proj",
+    }
+    if side == "decoder":
+        names |= {
+            "cross_res.norm": "encoder_attn_layer_norm",
+            "cross_attn.out_proj": "encoder_attn.out_proj",
+        }
+    return {
+        f"{ours}{a}.{kind}": f"{theirs}{b}.{kind}"
+        for a, b in names.items()
+        for kind in ("weight", "bias")
+    }
+
+
+def _fused(side: str, i: int) -> list[tuple[str, list[str]]]:
+    """Our fused projection names and the Marian projections they concatenate (rows)."""
+    ours, theirs = f"{side}.layers.{i}.", f"model.{side}.layers.{i}."
+    out = []
+    for kind in ("weight", "bias"):
+        out.append(
+            (
+                f"{ours}self_attn.qkv_proj.{kind}",
+                [f"{theirs}self_attn.{p}.{kind}" for p in _ATTN[:3]],
+            )
+        )
+        if side == "decoder":
+            out.append((f"{ours}cross_attn.q_proj.{kind}", [f"{theirs}encoder_attn.q_proj.{kind}"]))
+            out.append(
+                (
+                    f"{ours}cross_attn.kv_proj.{kind}",
+                    [f"{theirs}encoder_attn.{p}.{kind}" for p in _ATTN[1:3]],
+                )
+            )
+    return out
+
+
+def _get(tensors: dict[str, Tensor], name: str, where: str) -> Tensor:
+    if name not in tensors:
+        raise UserError(f"{where}: weight {name} is missing")
+    return tensors[name]
+
+
+def from_marian_weights(
+    tensors: dict[str, Tensor],
+    *,
+    n_encoder_layers: int,
+    n_decoder_layers: int,
+    order: list[int],
+    where: str,
+) -> dict[str, Tensor]:
+    """Marian's tensors (names as ``save_pretrained`` writes them) -> our state dict.
+
+    Args:
+        tensors: the Marian weights; ``model.shared.weight`` (or an ``embed_tokens`` copy)
+            and ``final_logits_bias`` included; position tables are ignored (computed).
+        n_encoder_layers: encoder layers in the config.
+        n_decoder_layers: decoder layers in the config.
+        order: :func:`our_order` for this vocabulary.
+        where: the file the messages name.
+
+    Returns:
+        Our tensors, float32, under the names :func:`seq2seq.model.directory.state_dict_for_saving`
+        gives (the shared embedding once, as ``encoder.embedding.weight``).
+
+    Raises:
+        UserError: a missing weight, naming it.
+    """
+    shared = tensors.get("model.shared.weight")
+    if shared is None:
+        shared = _get(tensors, "model.encoder.embed_tokens.weight", where)
+    index = torch.tensor(order)
+    out = {"encoder.embedding.weight": shared.index_select(0, index)}
+    bias = tensors.get("final_logits_bias")
+    bias = torch.zeros(shared.size(0)) if bias is None else bias.reshape(-1)
+    bias = bias.index_select(0, index).clone()
+    bias[BOS_ID] = START_BIAS
+    out["final_logits_bias"] = bias
+    for side, n in (("encoder", n_encoder_layers), ("decoder", n_decoder_layers)):
+        for i in range(n):
+            for ours, theirs in marian_layer_names(side, i).items():
+                out[ours] = _get(tensors, theirs, where)
+            for ours, parts in _fused(side, i):
+                out[ours] = torch.cat([_get(tensors, p, where) for p in parts], dim=0)
+    return {k: v.to(torch.float32).contiguous() for k, v in out.items()}
+
+
+def to_marian_weights(
+    state: dict[str, Tensor], *, n_encoder_layers: int, n_decoder_layers: int
+) -> dict[str, Tensor]:
+    """Our state dict -> Marian's tensors (the inverse of :func:`from_marian_weights`).
+
+    Args:
+        state: our model's ``state_dict()`` (the tied names included or not).
+        n_encoder_layers: encoder layers.
+        n_decoder_layers: decoder layers.
+
+    Returns:
+        ``model.shared.weight``, ``final_logits_bias`` (1, V) and every layer's weights, in
+        Marian's vocabulary order (:func:`marian_order`).
+    """
+    emb = state["encoder.embedding.weight"]
+    index = torch.tensor(marian_order(emb.size(0)))
+    bias = state.get("final_logits_bias")
+    if bias is None:
+        bias = torch.zeros(emb.size(0))
+    marian_bias = bias.index_select(0, index).clone()
+    marian_bias[-1] = bias[PAD_ID]  # Marian's <pad> logit: our <pad>'s bias, not <s>'s
+    out = {
+        "model.shared.weight": emb.index_select(0, index),
+        "final_logits_bias": marian_bias[None, :],
+    }
+    d = emb.size(1)
+    for side, n in (("encoder", n_encoder_layers), ("decoder", n_decoder_layers)):
+        for i in range(n):
+            for ours, theirs in marian_layer_names(side, i).items():
+                out[theirs] = state[ours]
+            for ours, parts in _fused(side, i):
+                for j, part in enumerate(parts):
+                    out[part] = state[ours][j * d : (j + 1) * d]
+    return {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in out.items()}
+
+
+def marian_shapes(
+    *, vocab_size: int, d_model: int, d_ff: int, n_encoder_layers: int, n_decoder_layers: int
+) -> dict[str, tuple[int, ...]]:
+    """The shape of every Marian tensor a config describes (position tables excluded).
+
+    Args:
+        vocab_size: Marian's vocabulary size.
+        d_model: model width.
+        d_ff: feed-forward width.
+        n_encoder_layers: encoder layers.
+        n_decoder_layers: decoder layers.
+    """
+    d = d_model
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.shared.weight": (vocab_size, d),
+        "final_logits_bias": (1, vocab_size),
+    }
+    by_suffix = {
+        "fc1.weight": (d_ff, d),
+        "fc1.bias": (d_ff,),
+        "fc2.weight": (d, d_ff),
+    }
+    for side, n in (("encoder", n_encoder_layers), ("decoder", n_decoder_layers)):
+        for i in range(n):
+            names = list(marian_layer_names(side, i).values())
+            names += [p for _, parts in _fused(side, i) for p in parts]
+            for name in names:
+                suffix = ".".join(name.split(".")[-2:])
+                vector = "layer_norm" in name or name.endswith("bias")
+                shapes[name] = by_suffix.get(suffix, (d,) if vector else (d, d))
+    return shapes

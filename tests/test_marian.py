@@ -1,0 +1,490 @@
+"""OPUS-MT (Marian) in and out: ``seq2seq convert marian`` and ``export --format hf``.
+
+The fixture builds a small MarianMTModel with transformers' own classes (d_model 64, 2+2
+layers, swish, separate SentencePiece models trained on Multi30K lines, a joint vocab.json in
+Marian's convention), trains it a few hundred steps so that it stops and its outputs differ,
+gives it a non-zero final_logits_bias, saves it with save_pretrained, and converts it once
+per session. No hub access: HF_HUB_OFFLINE=1 throughout.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+transformers = pytest.importorskip("transformers")
+
+N_TRAIN = 200
+N_TEST = 30  # the first training sentences: the small model has learnt them, so it stops
+STEPS = 250
+MAX_NEW = 60  # generated tokens, EOS included: our max_len_b with max_len_a 0
+
+
+def _lines(mirror: Path, split: str, lang: str, n: int) -> list[str]:
+    with gzip.open(mirror / "data" / "task1" / "raw" / f"{split}.{lang}.gz", "rt") as f:
+        return [next(f).strip() for _ in range(n)]
+
+
+def _train_spm(lines: list[str], prefix: Path, vocab_size: int) -> Path:
+    import sentencepiece as spm
+
+    text = prefix.with_suffix(".txt")
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(text),
+        model_prefix=str(prefix),
+        vocab_size=vocab_size,
+        model_type="unigram",
+        character_coverage=1.0,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    model = prefix.with_suffix(".model")
+    return model
+
+
+def _marian_vocab(src_spm: Path, tgt_spm: Path) -> dict[str, int]:
+    """Marian's convention: </s> 0, <unk> 1, the pieces of both models, <pad> last."""
+    import sentencepiece as spm
+
+    vocab = {"</s>": 0, "<unk>": 1}
+    for path in (src_spm, tgt_spm):
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+        for i in range(sp.get_piece_size()):
+            piece = sp.id_to_piece(i)
+            if not sp.is_control(i) and not sp.is_unknown(i) and piece not in vocab:
+                vocab[piece] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    return vocab
+
+
+def _run(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONWARNINGS": "default"}
+    result = subprocess.run(
+        [sys.executable, "-m", "seq2seq.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        **kw,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"seq2seq {' '.join(args)} failed:\n{result.stderr}")
+    return result
+
+
+@pytest.fixture(scope="session")
+def marian(tmp_path_factory, mirror):
+    """(hf_dir, model_dir, test sources, test targets): a trained small Marian, converted."""
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    root = tmp_path_factory.mktemp("marian")
+    src = _lines(mirror, "train", "en", N_TRAIN)
+    tgt = _lines(mirror, "train", "de", N_TRAIN)
+    work = root / "spm"
+    work.mkdir()
+    src_spm = _train_spm(src, work / "src", 800)
+    tgt_spm = _train_spm(tgt, work / "tgt", 800)
+    vocab = _marian_vocab(src_spm, tgt_spm)
+    hf_dir = root / "hf"
+    hf_dir.mkdir()
+    (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (hf_dir / "source.spm").write_bytes(src_spm.read_bytes())
+    (hf_dir / "target.spm").write_bytes(tgt_spm.read_bytes())
+    tok = MarianTokenizer(
+        vocab=str(hf_dir / "vocab.json"),
+        source_spm=str(hf_dir / "source.spm"),
+        target_spm=str(hf_dir / "target.spm"),
+        source_lang="en",
+        target_lang="de",
+    )
+    pad = vocab["<pad>"]
+    config = MarianConfig(
+        vocab_size=len(vocab),
+        decoder_vocab_size=len(vocab),
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=96,
+        decoder_ffn_dim=96,
+        activation_function="swish",
+        max_position_embeddings=128,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=0,
+        scale_embedding=True,
+        dropout=0.0,
+    )
+    torch.manual_seed(0)
+    model = MarianMTModel(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    model.train()
+    # Tokenized once; each step takes 24 rows and trims the padding columns.
+    data = tok(src, text_target=tgt, padding=True, return_tensors="pt")
+    g = torch.Generator().manual_seed(0)
+    for _ in range(STEPS):
+        idx = torch.randint(0, N_TRAIN, (24,), generator=g)
+        ids, mask, labels = (data[k][idx] for k in ("input_ids", "attention_mask", "labels"))
+        s_len, t_len = int(mask.sum(1).max()), int(labels.ne(pad).sum(1).max())
+        labels = labels[:, :t_len]
+        loss = model(
+            input_ids=ids[:, :s_len],
+            attention_mask=mask[:, :s_len],
+            labels=labels.masked_fill(labels.eq(pad), -100),
+        ).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    model.eval()
+    with torch.no_grad():
+        model.final_logits_bias.copy_(0.3 * torch.randn(model.final_logits_bias.shape, generator=g))
+        model.final_logits_bias[0, pad] = 0.0
+    model.generation_config.bad_words_ids = [[pad]]
+    model.generation_config.num_beams = 4
+    model.save_pretrained(hf_dir)
+    tok.save_pretrained(hf_dir)
+    model_dir = root / "converted"
+    _run("convert", "marian", str(hf_dir), "--out", str(model_dir))
+    return hf_dir, model_dir, src[:N_TEST], tgt[:N_TEST]
+
+
+def _hf(hf_dir: Path):
+    from transformers import MarianMTModel, MarianTokenizer
+
+    return MarianMTModel.from_pretrained(hf_dir).eval(), MarianTokenizer.from_pretrained(hf_dir)
+
+
+def _hf_translate(hf_dir: Path, sentences: list[str], beams: int) -> list[str]:
+    model, tok = _hf(hf_dir)
+    batch = tok(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(
+            **batch,
+            num_beams=beams,
+            do_sample=False,
+            early_stopping=True,
+            length_penalty=1.0,
+            max_new_tokens=MAX_NEW,
+        )
+    return tok.batch_decode(out, skip_special_tokens=True)
+
+
+_TRANSLATORS: dict = {}
+
+
+def _our_translate(model_dir: Path, sentences: list[str], *, beams: int) -> list[str]:
+    from seq2seq.decode import Translator
+
+    translator = _TRANSLATORS.setdefault(model_dir, Translator.load(model_dir))
+    method = {"method": "greedy"} if beams == 1 else {"method": "beam", "beam_size": beams}
+    return translator.translate(
+        sentences, max_len_a=0.0, max_len_b=MAX_NEW, len_penalty=1.0, **method
+    )
+
+
+def _main(capfd, *args: str) -> tuple[int, str, str]:
+    """``seq2seq ARGS`` in this process: (status, stdout, stderr)."""
+    from seq2seq.cli import main
+
+    capfd.readouterr()
+    status = main(list(args))
+    out, err = capfd.readouterr()
+    return status, out, err
+
+
+def test_converted_model_stops_and_differs(marian, tmp_path):
+    hf_dir, model_dir, test_src, _ = marian
+    hyps = _hf_translate(hf_dir, test_src, 1)
+    assert len(set(hyps)) > N_TEST // 2  # a trained model: outputs differ
+    model, tok = _hf(hf_dir)
+    batch = tok(test_src, padding=True, return_tensors="pt")
+    out = model.generate(**batch, num_beams=1, max_new_tokens=MAX_NEW)
+    assert out.size(1) < MAX_NEW  # every output ended with </s> before the length limit
+
+
+def test_forced_decoding_log_probs_match_transformers(marian, tmp_path):
+    hf_dir, model_dir, test_src, test_tgt = marian
+    model, tok = _hf(hf_dir)
+    batch = tok(test_src, text_target=test_tgt, padding=True, return_tensors="pt")
+    labels = batch.pop("labels")
+    pad = model.config.pad_token_id
+    with torch.no_grad():
+        logits = model(**batch, labels=labels).logits.float()
+    lp = logits.log_softmax(-1).gather(-1, labels[..., None])[..., 0]
+    keep = labels.ne(pad)
+    expected = (lp * keep).sum(1)
+    assert bool((labels.eq(pad).any(1)).any())  # the batch is padded
+    src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
+    src.write_text("\n".join(test_src) + "\n", encoding="utf-8")
+    tgt.write_text("\n".join(test_tgt) + "\n", encoding="utf-8")
+    out = _run(
+        "score", str(model_dir), "--src", str(src), "--tgt", str(tgt), "--output-format", "jsonl"
+    )
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    got = torch.tensor([r["log_prob"] for r in rows])
+    assert [r["n_tokens"] for r in rows] == keep.sum(1).tolist()
+    assert torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_translations_match_transformers_generate(marian, tmp_path, beams):
+    hf_dir, model_dir, test_src, _ = marian
+    assert _our_translate(model_dir, test_src, beams=beams) == _hf_translate(
+        hf_dir, test_src, beams
+    )
+
+
+def test_round_trip_export_hf_gives_the_same_translations(marian, tmp_path):
+    hf_dir, model_dir, test_src, _ = marian
+    out = tmp_path / "hf_again"
+    _run("export", str(model_dir), "--format", "hf", "--out", str(out))
+    # (transformers 5 has no pipeline("translation") any more: MarianMTModel.generate is the API)
+    assert _hf_translate(out, test_src, 4) == _hf_translate(hf_dir, test_src, 4)
+
+
+def _break(hf_dir: Path, tmp: Path, how: str) -> Path:
+    import shutil
+
+    bad = tmp / f"bad_{how}"
+    shutil.copytree(hf_dir, bad)
+    if how == "no_config":
+        (bad / "config.json").unlink()
+    elif how == "model_type":
+        cfg = json.loads((bad / "config.json").read_text())
+        (bad / "config.json").write_text(json.dumps({**cfg, "model_type": "bart"}))
+    elif how in ("source.spm", "target.spm", "vocab.json"):
+        (bad / how).unlink()
+    elif how == "shapes":
+        cfg = json.loads((bad / "config.json").read_text())
+        (bad / "config.json").write_text(
+            json.dumps({**cfg, "encoder_ffn_dim": 80, "decoder_ffn_dim": 80})
+        )
+    return bad
+
+
+@pytest.mark.parametrize(
+    "how, words",
+    [
+        ("no_config", "config.json not found"),
+        ("model_type", "model_type is 'bart'"),
+        ("source.spm", "source.spm not found"),
+        ("target.spm", "target.spm not found"),
+        ("vocab.json", "vocab.json not found"),
+        ("shapes", "fc1.weight has shape [96, 64], but config.json says [80, 64]"),
+    ],
+)
+def test_bad_folder_fails_in_one_line_and_writes_nothing(marian, tmp_path, capfd, how, words):
+    hf_dir = marian[0]
+    bad = _break(hf_dir, tmp_path, how)
+    out = tmp_path / "out"
+    if how == "shapes":  # a fresh process: nothing (no library warning) but the one line
+        result = _run("convert", "marian", str(bad), "--out", str(out), check=False)
+        status, err = result.returncode, result.stderr
+    else:
+        status, _, err = _main(capfd, "convert", "marian", str(bad), "--out", str(out))
+    assert status != 0
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0], err
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_export_hf_refuses_what_marian_cannot_express():
+    from seq2seq.config import ModelConfig
+    from seq2seq.core import UserError
+    from seq2seq.export.hf import check_hf_support
+
+    check_hf_support(ModelConfig(norm_first=False, positions="sinusoidal_marian"), "c")
+    for cfg, option in [
+        (ModelConfig(positions="sinusoidal_marian"), "model.norm_first"),
+        (ModelConfig(norm_first=False, positions="learned"), "model.positions: learned"),
+        (
+            ModelConfig(norm_first=False, positions="sinusoidal_marian", decoder_mask="window"),
+            "model.decoder_mask: window",
+        ),
+    ]:
+        with pytest.raises(UserError, match=option):
+            check_hf_support(cfg, "config.yaml")
+
+
+# ---- the options a Marian model needs, each on its own ------------------------------------
+
+
+def test_marian_positions_equal_transformers_table():
+    from transformers.models.marian.modeling_marian import MarianSinusoidalPositionalEmbedding
+
+    from seq2seq.model.layers import PositionalEncoding
+
+    for d in (64, 10):
+        theirs = MarianSinusoidalPositionalEmbedding(50, d).create_weight()
+        ours = PositionalEncoding(kind="sinusoidal_marian", max_positions=50, d_model=d).weight
+        assert torch.equal(ours, theirs)
+    old = PositionalEncoding(kind="sinusoidal", max_positions=50, d_model=64).weight
+    assert not torch.allclose(old, theirs[:, :64] if d == 64 else old + 1)
+
+
+def test_swish_scale_and_bias_options():
+    from seq2seq.config import ModelConfig
+    from seq2seq.model import build_model
+
+    def model(**kw):
+        torch.manual_seed(0)
+        cfg = ModelConfig(
+            d_model=16, n_heads=2, d_ff=32, n_encoder_layers=1, n_decoder_layers=1, **kw
+        )
+        return build_model(cfg, src_vocab_size=20, tgt_vocab_size=20, pad_id=0).eval()
+
+    src, tgt = torch.tensor([[5, 6, 3]]), torch.tensor([[2, 7]])
+    base = model()
+    assert base.final_logits_bias is None and "final_logits_bias" not in base.state_dict()
+    assert base.encoder.layers[0].ff.activation is torch.nn.functional.relu
+    swish = model(activation="swish")
+    assert swish.encoder.layers[0].ff.activation is torch.nn.functional.silu
+    assert not torch.allclose(swish(src, tgt), base(src, tgt))
+    unscaled = model(scale_embeddings=False)
+    assert unscaled.encoder.embedding.scale == 1.0 and base.encoder.embedding.scale == 4.0
+    biased = model(final_logits_bias=True)
+    biased.final_logits_bias[7] = 5.0
+    diff = biased(src, tgt) - base(src, tgt)
+    assert torch.allclose(diff[..., 7], torch.full_like(diff[..., 7], 5.0))
+    assert torch.allclose(diff[..., :7], torch.zeros_like(diff[..., :7]))
+
+
+def test_new_model_keys_round_trip_through_yaml(tmp_path):
+    from seq2seq.config import ExperimentConfig, ModelConfig, dump_config, load_config
+
+    cfg = ExperimentConfig(
+        model=ModelConfig(
+            activation="swish",
+            positions="sinusoidal_marian",
+            scale_embeddings=False,
+            final_logits_bias=True,
+        )
+    )
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_config(cfg))
+    assert load_config(path).model == cfg.model
+
+
+def test_vocab_map_tokenizer_follows_marian_tokenizer(marian):
+    from transformers import MarianTokenizer
+
+    hf_dir, model_dir, test_src, test_tgt = marian
+    from seq2seq.model import load_model_dir
+
+    ours = load_model_dir(model_dir).tokenizer
+    theirs = MarianTokenizer.from_pretrained(hf_dir)
+    vocab = json.loads((hf_dir / "vocab.json").read_text())
+    text = test_src[:5] + ["unknown ☃ glyphs Ω", ">>de<< A dog."]
+    for mine, row in zip(ours.encode_src(text), theirs(text)["input_ids"]):
+        pieces = ours.tgt_pieces(mine)
+        assert [vocab.get(p, 1) for p in pieces] + [0] == row
+    ids = theirs(text_target=test_tgt[:5])["input_ids"]
+    assert ours.decode_tgt(ours.encode_tgt(test_tgt[:5])) == theirs.batch_decode(
+        ids, skip_special_tokens=True
+    )
+
+
+# ---- everything else works on a converted model -------------------------------------------
+
+
+@pytest.mark.slow
+def test_ctranslate2_int8_ensemble_and_constraint(marian, tmp_path):
+    from seq2seq.decode import Translator
+    from seq2seq.export import export_model
+
+    hf_dir, model_dir, test_src, _ = marian
+    src = test_src[:8]
+    greedy = _our_translate(model_dir, src, beams=1)
+    ct2 = export_model(model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
+    ct2_out = Translator.load(ct2, engine="ctranslate2").translate(
+        src, method="greedy", max_len_a=0.0, max_len_b=MAX_NEW
+    )
+    assert ct2_out == greedy
+    int8 = export_model(model_dir, tmp_path / "int8", fmt="ctranslate2", quantization="int8")
+    int8_out = Translator.load(int8, engine="ctranslate2").translate(src, method="greedy")
+    assert len(int8_out) == len(src) and all(int8_out)  # (int8 on d_model 64 is not exact)
+    assert json.loads((int8 / "export.json").read_text())["quantization"] == "int8"
+    assert (int8 / "model.bin").stat().st_size < 0.6 * (ct2 / "model.bin").stat().st_size
+    # an ensemble of a converted model with itself is that model
+    ensemble = Translator.load([model_dir, model_dir])
+    assert ensemble.translate(src, method="greedy", max_len_a=0.0, max_len_b=MAX_NEW) == greedy
+    # a constraint: the output holds the phrase, which greedy search did not produce
+    assert "Hund" not in greedy[0]
+    constrained = _TRANSLATORS[model_dir].translate(src[:1], constraints=[["Hund"]])
+    assert "Hund" in constrained[0]
+
+
+@pytest.mark.slow
+def test_fine_tune_from_converted_model_keeps_the_vocabulary(marian, tmp_path, mirror):
+    hf_dir, model_dir, _, _ = marian
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 60), ("val", 8)):
+        for lang in ("en", "de"):
+            lines = _lines(mirror, split, lang, n)
+            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = tmp_path / "ft"
+    _run(
+        "train",
+        "--init-from",
+        str(model_dir),
+        "--out",
+        str(run),
+        "data.corpus=files",
+        "data.pair=en-de",
+        f"data.train_prefix={data}/train",
+        f"data.valid_prefix={data}/val",
+        "data.max_tokens=300",
+        "training.max_steps=2",
+        "training.val_every_steps=2",
+        "training.warmup_steps=1",
+        "training.accelerator=cpu",
+        "training.devices=1",
+        "training.threads=1",
+        "training.keep_last=1",
+        "training.average_last=1",
+        "training.val_method=greedy",
+    )
+    assert (run / "vocab.json").read_bytes() == (model_dir / "vocab.json").read_bytes()
+    from seq2seq.model import load_model_dir
+
+    a, b = load_model_dir(model_dir), load_model_dir(run)
+    assert a.tokenizer.pieces() == b.tokenizer.pieces()
+    assert torch.equal(a.model.final_logits_bias, b.model.final_logits_bias)  # a fixed buffer
+    assert not torch.equal(a.model.encoder.embedding.weight, b.model.encoder.embedding.weight)
+
+
+def test_libretranslate_translate_on_a_converted_model(marian):
+    import asyncio
+
+    import httpx
+
+    from seq2seq.decode import Translator
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.served_model import model_info
+
+    hf_dir, model_dir, test_src, _ = marian
+    translator = Translator.load(model_dir)
+    app = create_app(translator, info=model_info(translator, model_dir, "torch"))
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://s") as client:
+                body = {"q": test_src[:2], "source": "en", "target": "de"}
+                return await client.post("/translate", json=body)
+
+    response = asyncio.run(main())
+    assert response.status_code == 200, response.text
+    expected = translator.translate(test_src[:2])
+    assert response.json()["translatedText"] == expected
