@@ -255,6 +255,8 @@ def convert_marian(
             pair=_pair(hf_dir, pair),
             joint_vocab=False,
             vocab_size=len(vocab),
+            # fine-tuning (--init-from) keeps this: training pairs must fit the positions
+            max_len=min(ExperimentConfig().data.max_len, model_cfg.max_positions - 1),
         ),
         model=model_cfg,
         decoding=_decoding(hf_dir, cfg),
