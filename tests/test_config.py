@@ -267,3 +267,19 @@ def test_yaml_merge_keys_are_not_duplicates(tmp_path):
         "base: &b\n  d_model: 32\n  n_heads: 4\nmodel:\n  <<: *b\n  n_heads: 2\n", encoding="utf-8"
     )
     assert _read_yaml(path)["model"] == {"d_model": 32, "n_heads": 2}  # an override, as YAML says
+
+
+def test_resume_check_reads_options_added_since_as_their_defaults():
+    # A checkpoint written before an option existed lacks its key; the option's default is what
+    # that run did, so resuming it is no change (and a real change is still one).
+    from seq2seq.config import ExperimentConfig, config_to_dict
+    from seq2seq.config.loading import model_data_changes
+
+    old = config_to_dict(ExperimentConfig())
+    del old["model"]["final_logits_bias"], old["model"]["scale_embeddings"]
+    assert model_data_changes(old, ExperimentConfig()) == []
+    changed = dataclasses.replace(
+        ExperimentConfig(),
+        model=dataclasses.replace(ExperimentConfig().model, scale_embeddings=False),
+    )
+    assert model_data_changes(old, changed) == ["model.scale_embeddings (True -> False)"]

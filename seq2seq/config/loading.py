@@ -278,12 +278,16 @@ def _apply(cfg: ExperimentConfig, overrides: list[str]) -> tuple[ExperimentConfi
     return config_from_dict(data, "the command line"), keys
 
 
-def _diff(a: dict, b: dict, prefix: str) -> list[str]:
+def _diff(a: dict, b: dict, prefix: str, defaults: dict | None = None) -> list[str]:
     out = []
+    defaults = defaults or {}
     for key in sorted(set(a) | set(b)):
-        va, vb = a.get(key), b.get(key)
+        # A key the old config lacks is an option added since: its default is the behaviour
+        # the old config had (new options default to what was done before them).
+        va = a[key] if key in a else defaults.get(key)
+        vb = b.get(key)
         if isinstance(va, dict) and isinstance(vb, dict):
-            out += _diff(va, vb, f"{prefix}{key}.")
+            out += _diff(va, vb, f"{prefix}{key}.", defaults.get(key))
         elif va != vb:
             out.append(f"{prefix}{key} ({va!r} -> {vb!r})")
     return out
@@ -293,9 +297,12 @@ def model_data_changes(old: ExperimentConfig | dict, new: ExperimentConfig | dic
     """The keys of the model and data sections that differ, as ``key (old -> new)``."""
     old = old if isinstance(old, dict) else config_to_dict(old)
     new = new if isinstance(new, dict) else config_to_dict(new)
+    defaults = config_to_dict(ExperimentConfig())
     changes = []
     for section in ("model", "data"):
-        changes += _diff(old.get(section, {}), new.get(section, {}), f"{section}.")
+        changes += _diff(
+            old.get(section, {}), new.get(section, {}), f"{section}.", defaults[section]
+        )
     return changes
 
 
