@@ -25,6 +25,7 @@ _HOMES = {
     "printable": "terminal",
     "raise_on_sigterm": "signals",
     "sha256_file": "files",
+    "sha256_files": "files",
     "signal_name": "signals",
 }
 __all__ = sorted(_HOMES)

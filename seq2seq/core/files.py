@@ -14,7 +14,7 @@ import os
 import shutil
 import socket
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 __all__ = ["READ_CHUNK", "atomic_dir", "atomic_open", "exclusive", "file_digest", "sha256_file"]
@@ -35,6 +35,15 @@ def file_digest(path: str | Path, algorithm: str, chunk_size: int = READ_CHUNK) 
 def sha256_file(path: str | Path, chunk_size: int = READ_CHUNK) -> str:
     """Hex SHA-256 of a file, read in chunks (constant memory)."""
     return file_digest(path, "sha256", chunk_size)
+
+
+def sha256_files(paths: Iterable[str | Path]) -> str:
+    """Hex SHA-256 over the SHA-256 of each file, in order: one fingerprint for a set of files
+    (two tokenizers encode alike iff their files' fingerprints are equal)."""
+    h = hashlib.sha256()
+    for path in paths:
+        h.update(bytes.fromhex(sha256_file(path)))
+    return h.hexdigest()
 
 
 def _umask() -> int:

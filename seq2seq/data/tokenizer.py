@@ -12,7 +12,6 @@ Encoding returns pieces only; adding BOS/EOS is the collate function's job
 from __future__ import annotations
 
 import gzip
-import hashlib
 import io
 import os
 import shutil
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from seq2seq.core import UserError, atomic_open, sha256_file
+from seq2seq.core import UserError, atomic_open, sha256_file, sha256_files
 from seq2seq.data.vocab_map import VOCAB_FILE, VocabMapTokenizer, adopt_vocab_map
 
 __all__ = [
@@ -506,10 +505,7 @@ class Tokenizer:
     def fingerprint(self) -> str:
         """sha256 over the model file(s): two tokenizers encode alike iff this is equal."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            for path in self.files:
-                h.update(bytes.fromhex(sha256_file(path)))
-            self._fingerprint = h.hexdigest()
+            self._fingerprint = sha256_files(self.files)
         return self._fingerprint
 
     def __repr__(self) -> str:

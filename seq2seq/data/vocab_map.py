@@ -21,7 +21,6 @@ EOS is appended by the collate function, as for every model.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from collections.abc import Callable, Sequence
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from seq2seq.core import UserError, atomic_open, sha256_file
+from seq2seq.core import UserError, atomic_open, sha256_file, sha256_files
 
 __all__ = [
     "VOCAB_FILE",
@@ -192,10 +191,7 @@ class VocabMapTokenizer:
     def fingerprint(self) -> str:
         """sha256 over the three files: two tokenizers encode alike iff this is equal."""
         if self._fingerprint is None:
-            h = hashlib.sha256()
-            for path in self.files:
-                h.update(bytes.fromhex(sha256_file(path)))
-            self._fingerprint = h.hexdigest()
+            self._fingerprint = sha256_files(self.files)
         return self._fingerprint
 
     def __repr__(self) -> str:
