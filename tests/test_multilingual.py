@@ -474,3 +474,44 @@ def test_the_native_api_takes_source_lang_and_target_lang(tagged_model):
     assert cp.json()["translations"][0]["text"] == TEST[0]
     assert unknown.status_code == 400
     assert "the model translates xx-cp, xx-rv" in unknown.json()["error"]
+
+
+def test_the_server_loads_a_multilingual_model_and_serves_every_direction(tagged_model):
+    # The server's own loading path (its warm-up included), then LibreTranslate's routes.
+    import asyncio
+
+    import httpx
+
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.batcher import engine_thread
+    from seq2seq.serve.served_model import load_translator
+
+    executor = engine_thread()
+    translator, info = load_translator(
+        tagged_model, engine="torch", device="cpu", search={}, executor=executor
+    )
+    app = create_app(translator, info=info, executor=executor)
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+                return (
+                    await client.get("/languages"),
+                    await client.post(
+                        "/translate", json={"q": TEST[0], "source": "xx", "target": "rv"}
+                    ),
+                    await client.post(
+                        "/translate", json={"q": TEST[0], "source": "xx", "target": "cp"}
+                    ),
+                )
+
+    try:
+        languages, rv, cp = asyncio.run(main())
+    finally:
+        executor.shutdown()
+    targets = {x["code"]: sorted(x["targets"]) for x in languages.json()}
+    assert targets == {"xx": ["cp", "rv"], "cp": [], "rv": []}  # every language, its targets
+    assert rv.status_code == 200, rv.text
+    assert rv.json()["translatedText"] == translator.translate([TEST[0]], target_lang="rv")[0]
+    assert cp.json()["translatedText"] == TEST[0]

@@ -262,7 +262,7 @@ def create_app(
         data = await read_json_object(request, config.max_body_bytes)
         await admit(request, data)
         req = validate(TranslateRequest, native_body(data))
-        language = service.check_pair(req.source, req.target)
+        language, _ = service.check_pair(req.source, req.target)
         opts = service.options(**{k: getattr(req, k) for k in SEARCH_FIELDS})
         batch = isinstance(req.text, list)
         texts = req.text if batch else [req.text]

@@ -105,12 +105,12 @@ def add_libre_routes(
         source = req.source
         if source.strip().lower() == "auto":
             source, detected = auto_source(texts, req.target)
-        language = service.check_pair(source, req.target)
+        direction = service.check_pair(source, req.target)
         body: dict[str, Any] = {}
         if html:
-            out = await service.translate_html(texts, language=language, field="q")
+            out = await service.translate_html(texts, direction=direction, field="q")
         else:
-            out, alts = await service.translate_libre(texts, language, req.alternatives)
+            out, alts = await service.translate_libre(texts, direction, req.alternatives)
             if req.alternatives:
                 body["alternatives"] = alts if batch else alts[0]
         body = {"translatedText": out if batch else out[0], **body}
@@ -165,13 +165,13 @@ def add_libre_routes(
         target = upload.fields.get("target") or info.target
         if source.strip().lower() == "auto":
             source, _ = auto_source([upload.text[:2000]], target)
-        language = service.check_pair(source, target)
+        direction = service.check_pair(source, target)
         if upload.name.lower().endswith((".html", ".htm")):
             (out,) = await service.translate_html(
-                [upload.text], language=language, field="file", totals=False
+                [upload.text], direction=direction, field="file", totals=False
             )
         else:
-            out = await service.translate_file_text(upload.text, language)
+            out = await service.translate_file_text(upload.text, direction)
         stem, _, suffix = upload.name.rpartition(".")
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "file"
         name = f"{safe}.{re.sub(r'[^a-z0-9-]', '_', target.strip().lower())}.{suffix.lower()}"

@@ -240,7 +240,9 @@ def load_translator(
         one = model_dir[0] if isinstance(model_dir, list) and not dirs else model_dir
         translator = Translator.load(dirs or one, device=device, engine=engine, **search)
         info = model_info(translator, dirs or one, engine)
-        translator.translate([info.source])  # warm-up: the first call pays for lazy set-up
+        # warm-up: the first call pays for lazy set-up (in the first direction: a multilingual
+        # model needs one named)
+        translator.translate([info.source], source_lang=info.source, target_lang=info.target)
         return translator, info
 
     return executor.submit(load).result()

@@ -226,8 +226,9 @@ class TranslationService:
 
     # ---- request side (event loop) ---------------------------------------------------------
 
-    def check_pair(self, source: str | None, target: str | None) -> str:
-        """The source language to split with; RequestError for a pair the model lacks.
+    def check_pair(self, source: str | None, target: str | None) -> tuple[str, str]:
+        """The ``(source, target)`` direction to translate (its source is the language to split
+        with); RequestError for a pair the model lacks.
 
         A missing source or target is the first direction's; ``auto`` must have been resolved
         by the caller (:mod:`seq2seq.serve.detect`)."""
@@ -238,7 +239,7 @@ class TranslationService:
             raise RequestError(
                 400, f"language pair {s}->{t} is not supported (supported pairs: {pairs})"
             )
-        return s
+        return s, t
 
     def check_queue(self, n_sentences: int) -> None:
         """Backpressure: RequestError 503 when queueing ``n_sentences`` more would pass
@@ -380,10 +381,11 @@ class TranslationService:
             check_unicode(text, field if len(texts) == 1 else f"{field}[{i}]")
 
     async def translate_libre(
-        self, texts: list[str], language: str, alternatives: int
+        self, texts: list[str], direction: tuple[str, str], alternatives: int
     ) -> tuple[list[str], list[list[str]]]:
-        """LibreTranslate's text translation: per text its translation and up to
-        ``alternatives`` other ones (the n-best list's distinct texts)."""
+        """LibreTranslate's text translation in ``direction`` (from :meth:`check_pair`): per
+        text its translation and up to ``alternatives`` other ones (the n-best list's distinct
+        texts)."""
         if alternatives:
             base = self.translator.opts
             opts = self.options(
@@ -393,8 +395,8 @@ class TranslationService:
             )
         else:
             opts = self.options(nbest=1)
-        split = self.split(texts, language=language, split=True, field="q")
-        results = await self.translate(split, opts)
+        split = self.split(texts, language=direction[0], split=True, field="q")
+        results = await self.translate(split, opts, direction=direction)
         out = [self.joined(t, results) for t in split]
         alts = []
         for text, best in zip(split, out):
@@ -408,9 +410,10 @@ class TranslationService:
         return out, alts
 
     async def translate_html(
-        self, texts: list[str], *, language: str, field: str, totals: bool = True
+        self, texts: list[str], *, direction: tuple[str, str], field: str, totals: bool = True
     ) -> list[str]:
-        """Each HTML text translated with its markup kept (:mod:`seq2seq.serve.html`)."""
+        """Each HTML text translated in ``direction`` with its markup kept
+        (:mod:`seq2seq.serve.html`)."""
         if not any(t.strip() for t in texts):
             raise RequestError(400, f"empty text: {field} has nothing to translate")
         try:
@@ -421,8 +424,10 @@ class TranslationService:
         if not runs:
             return [d.apply([]) for d in docs]
         align = self.can_align and any(d.needs_alignments for d in docs)
-        split = self.split(runs, language=language, split=True, field=field, totals=totals)
-        results = await self.translate(split, self.options(nbest=1), alignments=align)
+        split = self.split(runs, language=direction[0], split=True, field=field, totals=totals)
+        results = await self.translate(
+            split, self.options(nbest=1), alignments=align, direction=direction
+        )
         done = []
         for t in split:
             hyps = [results[t.start + j][0] for j in range(len(t.segments.sentences))]
@@ -440,10 +445,10 @@ class TranslationService:
             start += len(d.runs)
         return out
 
-    async def translate_file_text(self, text: str, language: str) -> str:
-        """A text file's translation, its layout kept (lines, indentation)."""
-        split = self.split([text], language=language, split=True, field="file", totals=False)
-        results = await self.translate(split, self.options(nbest=1))
+    async def translate_file_text(self, text: str, direction: tuple[str, str]) -> str:
+        """A text file's translation in ``direction``, its layout kept (lines, indentation)."""
+        split = self.split([text], language=direction[0], split=True, field="file", totals=False)
+        results = await self.translate(split, self.options(nbest=1), direction=direction)
         return self.joined(split[0], results)
 
     async def attention(
