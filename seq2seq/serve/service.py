@@ -174,31 +174,21 @@ class TranslationService:
         so that a bad constraint is this request's 400 and never fails a shared batch)."""
         batch = isinstance(req.text, list)
 
-        def per_text(value: Any, name: str, single: type) -> list:
+        def per_text(value: Any) -> list:
+            # Shapes and types are the schema's check (schemas._per_text): here only spread.
             if value is None:
                 return [None] * len(texts)
-            if not batch:
-                if not isinstance(value, single):
-                    raise RequestError(400, f"{name} must be a {single.__name__} for one text")
-                return [value]
-            if not isinstance(value, list) or len(value) != len(texts):
-                raise RequestError(
-                    400, f"{name} must be a list with one entry per text ({len(texts)})"
-                )
-            return value
+            return value if batch else [value]
 
-        prefixes = per_text(req.prefix, "prefix", str)
-        includes = per_text(req.constraints, "constraints", list)
-        avoids = per_text(req.avoid, "avoid", list)
+        prefixes = per_text(req.prefix)
+        includes = per_text(req.constraints)
+        avoids = per_text(req.avoid)
         out = {}
         for k, text in enumerate(texts):
             p, inc, av = prefixes[k] or "", list(includes[k] or []), list(avoids[k] or [])
             if not (p or inc or av):
                 continue
             where = f"text[{k}]" if batch else "text"
-            for name, value in (("prefix", [p]), ("constraints", inc), ("avoid", av)):
-                if not all(isinstance(x, str) for x in value):
-                    raise RequestError(400, f"{name} of {where} must hold strings")
             if "\n" in text.strip() or "\r" in text.strip():
                 raise RequestError(
                     400, f"{where} has constraints, so it is one sentence: no line breaks"
