@@ -7,11 +7,12 @@ convert marian`` (timed), exports it to CTranslate2 float32 and int8, and decode
 test sentences at beam 4 with each engine, each in its own subprocess (for its peak RSS) on
 ``--threads`` threads.
 
-Equal work: the sentences are grouped by the length of their reference (target pieces + EOS),
-and every engine decodes each group with its output length forced to that length (minimum and
-maximum length both the reference length; transformers: ``min_new_tokens`` = L - 1,
-``max_new_tokens`` = L, EOS forced last), so every engine computes the same number of decoder
-steps. Prints one table; the numbers go in docs/benchmarks.md.
+Equal work: the sentences are sorted by the length of their reference (target pieces + EOS)
+and cut into batches of ``--batch`` sentences; every engine decodes each batch with its output
+length forced to the batch's longest reference length L (minimum and maximum length both L;
+transformers: ``min_new_tokens`` = L - 1, ``max_new_tokens`` = L, EOS forced last), so every
+engine computes the same number of decoder steps on the same batches. Prints one table; the
+numbers go in docs/benchmarks.md.
 
     SEQ2SEQ_MIRROR=/path/to/mirror python benchmarks/pretrained.py --sentences 500
 """
@@ -102,17 +103,19 @@ def build_hf_model(root: Path, out: Path) -> None:
     )
 
 
-def groups(hf_dir: Path, root: Path, n: int) -> list[tuple[int, list[str]]]:
-    """(L, sources) for the first ``n`` test sentences, grouped by reference length L."""
+def groups(hf_dir: Path, root: Path, n: int, batch: int) -> list[tuple[int, list[str]]]:
+    """(L, sources) batches of the first ``n`` test sentences, sorted by reference length; L is
+    the longest reference length (target pieces + EOS) in the batch."""
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(hf_dir / "target.spm"))
     src = _lines(root, "test_2016_flickr", "en", n)
     ref = _lines(root, "test_2016_flickr", "de", n)
-    by_len: dict[int, list[str]] = {}
-    for s, r in zip(src, ref):
-        by_len.setdefault(len(sp.encode(r)) + 1, []).append(s)
-    return sorted(by_len.items())
+    ordered = sorted((len(sp.encode(r)) + 1, s) for s, r in zip(src, ref))
+    return [
+        (ordered[i + len(ordered[i : i + batch]) - 1][0], [s for _, s in ordered[i : i + batch]])
+        for i in range(0, len(ordered), batch)
+    ]
 
 
 def worker(engine: str, path: Path, groups_file: Path, threads: int) -> dict:
@@ -128,16 +131,15 @@ def worker(engine: str, path: Path, groups_file: Path, threads: int) -> dict:
         tok = MarianTokenizer.from_pretrained(path)
 
         def decode(length: int, sentences: list[str]) -> None:
-            for i in range(0, len(sentences), 32):
-                batch = tok(sentences[i : i + 32], padding=True, return_tensors="pt")
-                with torch.inference_mode():
-                    model.generate(
-                        **batch,
-                        num_beams=4,
-                        min_new_tokens=length - 1,
-                        max_new_tokens=length,
-                        early_stopping=True,
-                    )
+            batch = tok(sentences, padding=True, return_tensors="pt")
+            with torch.inference_mode():
+                model.generate(
+                    **batch,
+                    num_beams=4,
+                    min_new_tokens=length - 1,
+                    max_new_tokens=length,
+                    early_stopping=True,
+                )
     else:
         from seq2seq.decode import Translator
 
@@ -185,6 +187,8 @@ def main() -> int:
     ap.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
     ap.add_argument("--sentences", type=int, default=500)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=32, help="sentences per batch")
+    ap.add_argument("--work", help="keep the built models in this folder and reuse them")
     ap.add_argument("--engines", default=",".join(ENGINES))
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
@@ -196,9 +200,11 @@ def main() -> int:
     root = Path(mirror(args.mirror))
     os.environ["HF_HUB_OFFLINE"] = "1"
     with tempfile.TemporaryDirectory(prefix="pretrained-bench-") as tmp:
-        tmp = Path(tmp)
+        tmp = Path(args.work) if args.work else Path(tmp)
         hf_dir, model_dir = tmp / "hf", tmp / "converted"
-        build_hf_model(root, hf_dir)
+        if not hf_dir.is_dir():
+            build_hf_model(root, hf_dir)
+        shutil.rmtree(model_dir, ignore_errors=True)
         start = time.perf_counter()
         _cli("convert", "marian", str(hf_dir), "--out", str(model_dir))
         convert_s = time.perf_counter() - start
@@ -207,10 +213,10 @@ def main() -> int:
             paths[name] = tmp / name
             _cli(
                 "export", str(model_dir), "--format", "ctranslate2",
-                "--quantization", quantization, "--out", str(paths[name]),
+                "--quantization", quantization, "--out", str(paths[name]), "--force",
             )  # fmt: skip
         groups_file = tmp / "groups.json"
-        work = groups(hf_dir, root, args.sentences)
+        work = groups(hf_dir, root, args.sentences, args.batch)
         groups_file.write_text(json.dumps(work), encoding="utf-8")
         rows = []
         for engine in args.engines.split(","):
@@ -223,7 +229,7 @@ def main() -> int:
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
         base = next((r["sent_per_s"] for r in rows if r["engine"] == "transformers"), None)
         print(f"converted in {convert_s:.1f} s; model directory {_size_mb(model_dir):.1f} MB")
-        print(f"{len(work)} length groups, beam 4, {args.threads} threads")
+        print(f"{len(work)} batches of up to {args.batch}, beam 4, {args.threads} threads")
         print("| engine | sentences/s | vs transformers | peak RSS (MiB) |")
         print("|---|---|---|---|")
         for r in rows:

@@ -9,15 +9,19 @@ import builtins
 import json
 import pickle
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
 from factories import make_model_dir
+from safetensors.torch import load_file
 
 from seq2seq.cli import main
 from seq2seq.config.loading import load_config
 from seq2seq.core.files import sha256_file
+from seq2seq.model import directory as model_directory
 from seq2seq.model.directory import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -349,3 +353,44 @@ def test_translate_evaluate_plot_and_export_never_unpickle(
     out = export_model(model_dir, tmp_path / "onnx", fmt="onnx", opset=17)
     onnx = Translator.load(out, engine="onnx", method="greedy", max_len_b=5)
     assert len(onnx.translate(["a man", "two cats"])) == 2
+
+
+def test_loading_a_model_leaves_torch_dynamo_unimported(model_dir: Path) -> None:
+    """The shapes-only model built on the meta device (to check the weights' header) fills no
+    tensor: torch's meta ``normal_`` and ``arange`` import ``torch._dynamo``, seconds at the
+    start of every command that loads a model."""
+    code = (
+        "import sys; from seq2seq.model.directory import load_model_dir; "
+        f"load_model_dir({str(model_dir)!r}); print('torch._dynamo' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_each_stored_tensor_is_copied_once_into_the_model(model_dir: Path, monkeypatch) -> None:
+    """Weights load one tensor at a time (memory: the model plus its largest tensor), each
+    stored tensor copied once, and a tied tensor reaches every alias."""
+    copies, inside = [], [False]
+    copy_, copy_weights = torch.Tensor.copy_, model_directory._copy_weights
+
+    def counted(self, src, *args, **kwargs):
+        if inside[0]:
+            copies.append(tuple(src.shape))
+        return copy_(self, src, *args, **kwargs)
+
+    def loading(*args):
+        inside[0] = True
+        try:
+            return copy_weights(*args)
+        finally:
+            inside[0] = False
+
+    monkeypatch.setattr(torch.Tensor, "copy_", counted)
+    monkeypatch.setattr(model_directory, "_copy_weights", loading)
+    loaded = load_model_dir(model_dir)
+    monkeypatch.undo()
+    stored = load_file(str(model_dir / "model.safetensors"))
+    assert sorted(copies) == sorted(tuple(t.shape) for t in stored.values())
+    state = loaded.model.state_dict()
+    for name, tensor in stored.items():
+        assert torch.equal(state[name], tensor), name

@@ -31,6 +31,7 @@ from seq2seq.core.errors import UserError
 from seq2seq.core.signals import Stopped
 from seq2seq.data.datamodule import TranslationDataModule
 from seq2seq.data.tokenizer import ensure_tokenizer
+from seq2seq.model import directory as model_directory
 from seq2seq.model.directory import load_model_dir, state_dict_for_saving
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,27 +140,33 @@ def _run_with_checkpoints(path: Path) -> Path:
 
 
 def _signal_inside_load(monkeypatch, signum: int, *, on_call: int) -> list[int]:
-    """Send ``signum`` to this process from inside torch's ``load_state_dict``, while it copies
-    the first tensor of its ``on_call``-th call (where torch catches ``Exception``)."""
+    """Send ``signum`` to this process while the ``on_call``-th load of weights (a model
+    directory's, or torch's ``load_state_dict``, which catches ``Exception``) copies its first
+    tensor."""
     calls = [0]
     armed = [False]
     load_state_dict, copy_ = torch.nn.Module.load_state_dict, torch.Tensor.copy_
+    copy_weights = model_directory._copy_weights
 
-    def counting_load(self, *args, **kwargs):
-        calls[0] += 1
-        armed[0] = calls[0] == on_call
-        try:
-            return load_state_dict(self, *args, **kwargs)
-        finally:
-            armed[0] = False
+    def counting(load):
+        def counted(*args, **kwargs):
+            calls[0] += 1
+            armed[0] = calls[0] == on_call
+            try:
+                return load(*args, **kwargs)
+            finally:
+                armed[0] = False
+
+        return counted
 
     def copy_with_signal(self, *args, **kwargs):
         if armed[0]:
             armed[0] = False
-            os.kill(os.getpid(), signum)  # the handler runs here, inside torch's try
+            os.kill(os.getpid(), signum)  # the handler runs here, inside the load
         return copy_(self, *args, **kwargs)
 
-    monkeypatch.setattr(torch.nn.Module, "load_state_dict", counting_load)
+    monkeypatch.setattr(torch.nn.Module, "load_state_dict", counting(load_state_dict))
+    monkeypatch.setattr(model_directory, "_copy_weights", counting(copy_weights))
     monkeypatch.setattr(torch.Tensor, "copy_", copy_with_signal)
     return calls
 

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save
+from safetensors.torch import save
 
 from seq2seq.config import ConfigError, ExperimentConfig, dump_config, load_config
 from seq2seq.core import UserError, atomic_open, sha256_file
@@ -273,16 +273,29 @@ def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
             raise ModelDirError(f"{weights}: {name} has dtype {dtype}, not a floating type")
 
 
-def _check_finite(weights: Path, tensors: dict[str, torch.Tensor]) -> None:
-    """Refuse weights holding NaN or infinity: such a model translates every line to garbage
-    or to nothing, without any other sign (a diverged run, a corrupted average)."""
-    for name, tensor in tensors.items():
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise ModelDirError(
-                f"{weights}: {name} holds {bad} NaN or infinite values of {tensor.numel()}; "
-                "the model is broken (a diverged run?)"
-            )
+def _finite(weights: Path, name: str, tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, refused if it holds NaN or infinity: such a model translates every line to
+    garbage or to nothing, without any other sign (a diverged run, a corrupted average)."""
+    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise ModelDirError(
+            f"{weights}: {name} holds {bad} NaN or infinite values of {tensor.numel()}; "
+            "the model is broken (a diverged run?)"
+        )
+    return tensor
+
+
+def _copy_weights(weights: Path, model: torch.nn.Module) -> None:
+    """Copy the tensors of ``weights`` into ``model``, one at a time: the memory peak is the
+    model plus its largest tensor, not twice the model (a tied or shared tensor is stored
+    once and copied once, into the one tensor its aliases share)."""
+    targets = model.state_dict()  # tensors that share the parameters' storage
+    try:
+        with safe_open(str(weights), framework="pt") as f, torch.no_grad():
+            for name in f.keys():
+                targets[name].copy_(_finite(weights, name, f.get_tensor(name)))
+    except (SafetensorError, OSError) as e:
+        raise ModelDirError(f"{weights} cannot be read: {e}") from None
 
 
 def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu") -> LoadedModel:
@@ -328,11 +341,6 @@ def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu")
     _check_weights(model_dir, _unique_state(skeleton))
     del skeleton
     model = build_model(cfg.model, **sizes)
-    try:
-        tensors = load_file(str(model_dir / WEIGHTS_FILE))
-    except (SafetensorError, OSError, ValueError) as e:
-        raise ModelDirError(f"{model_dir / WEIGHTS_FILE} cannot be read: {e}") from None
-    _check_finite(model_dir / WEIGHTS_FILE, tensors)
-    model.load_state_dict(tensors, strict=False)
+    _copy_weights(model_dir / WEIGHTS_FILE, model)
     model.to(device).eval()
     return LoadedModel(path=model_dir, cfg=cfg, model=model, tokenizer=tokenizer)

@@ -22,6 +22,7 @@ __all__ = [
     "PositionalEncoding",
     "TokenEmbedding",
     "dropout",
+    "init_embedding",
     "marian_sinusoidal_table",
     "sinusoidal_table",
 ]
@@ -103,6 +104,14 @@ def marian_sinusoidal_table(n_positions: int, d_model: int) -> Tensor:
 _TABLES = {"sinusoidal": sinusoidal_table, "sinusoidal_marian": marian_sinusoidal_table}
 
 
+def init_embedding(weight: Tensor, d_model: int) -> None:
+    """Fill an embedding-like matrix from N(0, 1/d_model). Nothing to fill on the meta device
+    (a shapes-only model): there torch's ``normal_`` would only cost the import of
+    ``torch._dynamo``, seconds at the start of every command that loads a model."""
+    if not weight.is_meta:
+        nn.init.normal_(weight, mean=0.0, std=d_model**-0.5)
+
+
 class TokenEmbedding(nn.Module):
     """Token embedding, multiplied by sqrt(d_model) unless ``scale`` is False; the padding row
     starts at zero."""
@@ -112,7 +121,7 @@ class TokenEmbedding(nn.Module):
         self.weight = nn.Parameter(torch.empty(vocab_size, d_model))
         self.pad_id = pad_id
         self.scale = math.sqrt(d_model) if scale else 1.0
-        nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+        init_embedding(self.weight, d_model)
         with torch.no_grad():
             self.weight[pad_id].zero_()
 
@@ -135,9 +144,12 @@ class PositionalEncoding(nn.Module):
         self.max_positions = max_positions
         if kind == "learned":
             self.weight = nn.Parameter(torch.empty(max_positions, d_model))
-            nn.init.normal_(self.weight, mean=0.0, std=d_model**-0.5)
+            init_embedding(self.weight, d_model)
         else:
-            self.register_buffer("weight", _TABLES[kind](max_positions, d_model), persistent=False)
+            table = torch.empty(max_positions, d_model)
+            if not table.is_meta:  # (a shapes-only model: nothing to compute, see init_embedding)
+                table = _TABLES[kind](max_positions, d_model)
+            self.register_buffer("weight", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:
         """Position vectors for positions offset .. offset+length-1: (L, D)."""

@@ -19,7 +19,7 @@ from seq2seq.model.attention import KVCache
 from seq2seq.model.decoder import Decoder
 from seq2seq.model.decoder_state import DecoderState
 from seq2seq.model.encoder import Encoder
-from seq2seq.model.layers import PositionalEncoding, TokenEmbedding
+from seq2seq.model.layers import PositionalEncoding, TokenEmbedding, init_embedding
 from seq2seq.model.masks import pad_from_ids
 
 __all__ = ["ModelAttention", "Seq2SeqTransformer", "build_model"]
@@ -125,7 +125,7 @@ class Seq2SeqTransformer(nn.Module):
         if tie_output:
             self.output_proj.weight = tgt_embed.weight
         else:
-            nn.init.normal_(self.output_proj.weight, mean=0.0, std=d_model**-0.5)
+            init_embedding(self.output_proj.weight, d_model)
         # A buffer, not a parameter: fine-tuning leaves it as it is, as Marian's training does.
         self.final_logits_bias: Tensor | None
         if final_logits_bias:
