@@ -15,6 +15,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -162,7 +163,10 @@ def _signal_inside_load(monkeypatch, signum: int, *, on_call: int) -> list[int]:
     def copy_with_signal(self, *args, **kwargs):
         if armed[0]:
             armed[0] = False
-            os.kill(os.getpid(), signum)  # the handler runs here, inside the load
+            # To this thread: a signal sent to the process may land on one of torch's worker
+            # threads, and CPython 3.11 then runs the handler only at the main thread's next
+            # explicit check (I/O, a sleep), which a command this short may not reach.
+            signal.pthread_kill(threading.get_ident(), signum)  # the handler runs here
         return copy_(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.nn.Module, "load_state_dict", counting(load_state_dict))
