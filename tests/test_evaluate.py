@@ -119,11 +119,18 @@ def test_moses_lc_scores_the_moses_tokenized_lowercased_text(model_dir, test_fil
     )
     assert result["scores"]["bleu"] == expected_bleu.score
     assert "tok:none" in result["scores"]["bleu_signature"]
+    # The same translation is scored the default way beside (cased, detokenized): one
+    # translation for both numbers.
+    beside = json.loads((out_dir / "test.src.json").read_text(encoding="utf-8"))
+    assert beside["moses_lc"] is None and not beside["tokenized_lc"]
+    assert Path(beside["hyp"]).read_text(encoding="utf-8") == hyp_path.read_text(encoding="utf-8")
+    assert beside["scores"]["bleu"] == BLEU().corpus_score(hyps, [refs]).score
     # The references' split-off " ." and upper case no longer cost anything: the score rises
     # above the default's, which sees them.
     default = evaluate(model_dir, src=src, ref=ref, out_dir=out_dir, method="greedy")
     assert result["scores"]["bleu"] > default["scores"]["bleu"]
-    assert (out_dir / "test.src.json").is_file()  # beside, not over, the moses-lc scores
+    assert default["scores"] == beside["scores"]
+    assert (out_dir / "test.src.moses-lc.json").is_file()  # beside, not over, the moses-lc ones
     with pytest.raises(UserError, match="--moses-lc and --tokenized-lc exclude each other"):
         evaluate(model_dir, src=src, ref=ref, moses_lc=True, tokenized_lc=True)
     # Tokenized text through the Moses tokenizer again would be escaped twice (&amp;quot;).

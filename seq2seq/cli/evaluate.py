@@ -29,7 +29,8 @@ def add_evaluate(sub) -> None:
         "--tokenized-lc scores like papers on lowercased tokenized references (sacreBLEU\n"
         "tokenize=none, lowercase): use it with a model trained on the tok variant.\n"
         "--moses-lc scores a model trained on raw text that way: its output and the raw\n"
-        "references are Moses-normalized, lowercased and tokenized first (NAME.moses-lc.*).",
+        "references are Moses-normalized, lowercased and tokenized first (NAME.moses-lc.*);\n"
+        "the same translation is scored the default way too (NAME.hyp, NAME.json).",
         "seq2seq evaluate runs/multi30k_small --corpus multi30k --pair en-de "
         "--split test_2016_flickr\n"
         "seq2seq evaluate runs/m30k_tok --variant tok --tokenized-lc\n"

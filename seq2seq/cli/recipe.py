@@ -257,9 +257,10 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
         )
 
     # ---- test: every available test split, BLEU / chrF / TER with signatures ----------------
-    # A raw-text model is scored twice: cased detokenized (sacreBLEU 13a, the number to report)
-    # and Moses-tokenized lowercased (--moses-lc), which compares with the papers' numbers on
-    # the lowercased tokenized references. A tok-variant model is scored the papers' way.
+    # A raw-text model is scored twice, from one translation (evaluate --moses-lc): cased
+    # detokenized (sacreBLEU 13a, the number to report) and Moses-tokenized lowercased, which
+    # compares with the papers' numbers on the lowercased tokenized references. A tok-variant
+    # model is scored the papers' way.
     scorings = [("tok-lc", ["--tokenized-lc"], "")] if tokenized_lc else [
         ("detok", [], ""), ("moses-lc", ["--moses-lc"], ".moses-lc"),
     ]  # fmt: skip
@@ -272,17 +273,18 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
             if (direction, split) not in splits:
                 continue
             src, ref = (str(p) for p in splits[direction, split])
-            for scoring, flags, suffix in scorings:
-                # evaluate names its outputs by --src (and .moses-lc)
-                scores_json = eval_path / f"{Path(src).name}{suffix}.json"
-                if not scores_json.is_file():
-                    _stage(
-                        ["evaluate", averaged, "--src", src, "--ref", ref, "--out-dir",
-                         str(eval_path), *flags, *(langs if multilingual else [])],
-                        _evaluate, averaged, src=src, ref=ref, out_dir=str(eval_path),
-                        flags=flags, mirror=mirror_dir,
-                        direction=direction if multilingual else None,
-                    )  # fmt: skip
+            # evaluate names its outputs by --src (and .moses-lc)
+            jsons = [eval_path / f"{Path(src).name}{suffix}.json" for _, _, suffix in scorings]
+            if not all(path.is_file() for path in jsons):
+                flags = scorings[-1][1]  # --moses-lc scores the default way too: one translation
+                _stage(
+                    ["evaluate", averaged, "--src", src, "--ref", ref, "--out-dir",
+                     str(eval_path), *flags, *(langs if multilingual else [])],
+                    _evaluate, averaged, src=src, ref=ref, out_dir=str(eval_path),
+                    flags=flags, mirror=mirror_dir,
+                    direction=direction if multilingual else None,
+                )  # fmt: skip
+            for (scoring, _, _), scores_json in zip(scorings, jsons):
                 scored = json.loads(scores_json.read_text(encoding="utf-8"))
                 name = split if corpus != "files" else Path(src).stem
                 results.append((direction, name, scoring, scored["scores"], scored["hyp"]))

@@ -14,7 +14,8 @@ with a model trained on the ``tok`` variant, whose output is tokenized like thos
 ``moses_lc`` scores a model trained on cased raw text the same way: its output and the raw
 references first go through :func:`seq2seq.evaluate.metrics.moses_lc` (the steps that made the
 tokenized files), so the number compares with the papers' too; its outputs are named
-``NAME.moses-lc.*`` beside the default scores.
+``NAME.moses-lc.*``, and the same translation is also scored the default way (cased,
+detokenized: ``NAME.hyp`` and ``NAME.json``), so both numbers cost one translation.
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def evaluate_files(
     source_lang: str | None = None,
     target_lang: str | None = None,
 ) -> dict:
-    """Translate ``src_path``, score against ``ref_path``, write ``NAME.hyp`` and ``NAME.json``.
+    """Translate ``src_path``, score against ``ref_path``, write ``NAME.hyp`` and ``NAME.json``
+    (and ``NAME.moses-lc.*`` with ``moses_lang``).
 
     Args:
         translator: a loaded :class:`~seq2seq.decode.translator.Translator` (its options are used).
@@ -80,16 +82,18 @@ def evaluate_files(
         name: file stem of the outputs.
         tokenized_lc: score with sacreBLEU ``tokenize="none", lowercase=True``.
         moses_lang: Moses-normalize, lowercase and tokenize hypotheses and references in
-            this language (:func:`seq2seq.evaluate.metrics.moses_lc`), then score as ``tokenized_lc``.
-            The hypothesis file keeps the model's own output.
+            this language (:func:`seq2seq.evaluate.metrics.moses_lc`), then score as
+            ``tokenized_lc``, into ``NAME.moses-lc.hyp`` and ``NAME.moses-lc.json`` (the
+            hypothesis file keeps the model's own output); the same hypotheses are scored
+            the default way into ``NAME.hyp`` and ``NAME.json`` too.
         warn: receives one message per truncated source line.
         info: extra fields for the JSON (model directory, engine, ...).
         source_lang: the language of ``src_path`` (checked against the model's directions).
         target_lang: the language to translate into (a multilingual model needs it).
 
     Returns:
-        The JSON's content: ``scores`` (see :func:`seq2seq.evaluate.metrics.score_corpus`) and the
-        provenance fields.
+        The JSON's content (the ``NAME.moses-lc.json`` one with ``moses_lang``): ``scores`` (see
+        :func:`seq2seq.evaluate.metrics.score_corpus`) and the provenance fields.
     """
     src, ref = read_test_pair(src_path, ref_path)
 
@@ -102,7 +106,21 @@ def evaluate_files(
     hyps = translator.translate(
         src, on_truncated=on_truncated, source_lang=source_lang, target_lang=target_lang
     )
-    if moses_lang is not None:
+    fields = {
+        "src": str(src_path),
+        "ref": str(ref_path),
+        "n_sentences": len(src),
+        "direction": [source_lang, target_lang],
+        "search": dataclasses.asdict(translator.opts),
+        **(info or {}),
+    }
+    out_dir = Path(out_dir)
+    if moses_lang is not None:  # the same translation, scored the default way beside
+        _write_scores(
+            out_dir, name, hyps, score_corpus(hyps, ref),
+            {"tokenized_lc": False, "moses_lc": None, **fields},
+        )  # fmt: skip
+        name += ".moses-lc"
         scores = score_corpus(
             moses_lc_lines(hyps, moses_lang),
             moses_lc_lines(ref, moses_lang),
@@ -113,23 +131,18 @@ def evaluate_files(
         scores = score_corpus(hyps, ref, tokenize="none", lowercase=True)
     else:
         scores = score_corpus(hyps, ref)
-    out_dir = Path(out_dir)
+    return _write_scores(
+        out_dir, name, hyps, scores, {"tokenized_lc": tokenized_lc, "moses_lc": moses_lang, **fields}
+    )
+
+
+def _write_scores(out_dir: Path, name: str, hyps: list[str], scores: dict, fields: dict) -> dict:
+    """Write ``NAME.hyp`` and ``NAME.json`` (atomically) and return the JSON's content."""
     hyp_path = out_dir / f"{name}.hyp"
     json_path = out_dir / f"{name}.json"
     with atomic_open(hyp_path, "w", encoding="utf-8", newline="\n") as f:
         f.writelines(h + "\n" for h in hyps)
-    result = {
-        "scores": scores,
-        "tokenized_lc": tokenized_lc,
-        "moses_lc": moses_lang,
-        "src": str(src_path),
-        "ref": str(ref_path),
-        "hyp": str(hyp_path),
-        "n_sentences": len(src),
-        "direction": [source_lang, target_lang],
-        "search": dataclasses.asdict(translator.opts),
-        **(info or {}),
-    }
+    result = {"scores": scores, **fields, "hyp": str(hyp_path)}
     with atomic_open(json_path, "w", encoding="utf-8") as f:
         json.dump(result, f, indent=2, ensure_ascii=False)
         f.write("\n")
@@ -265,7 +278,6 @@ def evaluate(
     moses_lang = None
     if moses_lc:
         moses_lang = target_lang or (pair or translator.cfg.data.pair).split("-")[-1]
-        name += ".moses-lc"
     return evaluate_files(
         translator,
         src_path,
