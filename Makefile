@@ -24,11 +24,14 @@ demo: $(STAMP)
 		runs/demo/averaged --format ctranslate2 --quantization int8 \
 		--out runs/demo/averaged/export/ctranslate2-int8 --force
 
+# Two workers (pytest-xdist), one test file each at a time: most tests are single-threaded,
+# and the CI machine has 2 cores. TEST_WORKERS=0 runs the suite in this one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check seq2seq tests recipes benchmarks

@@ -208,7 +208,14 @@ def test_a_signal_while_weights_load_is_reported_as_the_signal(
         argv = ["train", "--init-from", str(model), "--out", str(out), *ft_overrides(data)]
         on_call = 2
     calls = _signal_inside_load(monkeypatch, signum, on_call=on_call)
-    rc = main(argv)
+    # A command starts with Python's SIGINT handler; in a long test process an earlier
+    # in-process training may have left SIGINT ignored (Lightning ignores it once fit sees a
+    # KeyboardInterrupt, pytorch_lightning/trainer/call.py).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        rc = main(argv)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     err = _err_lines(capsys)
     assert calls[0] == on_call  # the signal came from that load, which went no further
     assert rc == 128 + signum, err
