@@ -132,7 +132,11 @@ def evaluate_files(
     else:
         scores = score_corpus(hyps, ref)
     return _write_scores(
-        out_dir, name, hyps, scores, {"tokenized_lc": tokenized_lc, "moses_lc": moses_lang, **fields}
+        out_dir,
+        name,
+        hyps,
+        scores,
+        {"tokenized_lc": tokenized_lc, "moses_lc": moses_lang, **fields},
     )
 
 
