@@ -104,6 +104,11 @@ def test_ctranslate2_parallel_workers_keep_outputs_and_order(exported):
     one = CTranslate2Engine(dirs["ctranslate2"], threads=1)
     assert one.sub_batch == 0 and one.batches_per_call == 1
     assert [h[0].tokens for h in one.translate_ids(src, greedy)] == reference
+    # A call smaller than two sub-batches is split evenly, so both workers get work (one
+    # sub-batch of 30 would leave a core idle); a large one keeps CT2_SUB_BATCH.
+    assert [two._sub_batch(n) for n in (1, 2, 3, 30, 128, 1000)] == [1, 1, 2, 15, 64, 64]
+    assert one._sub_batch(30) == 0  # one worker: the whole call at once
+    assert [h[0].tokens for h in two.translate_ids(src[:30], greedy)] == reference[:30]
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))

@@ -34,8 +34,9 @@ the random streams differ from torch's). Differences:
 
 Threads: ``torch.get_num_threads()`` (:func:`seq2seq.decode.exported.engine_threads`). On CPU
 the engine runs that many single-threaded workers (``inter_threads``), each translating
-sub-batches of :data:`~seq2seq.export.CT2_SUB_BATCH` sentences of the length-sorted batch,
-which keeps every core busy (docs/benchmarks.md); one sentence alone then runs on one thread.
+sub-batches of at most :data:`~seq2seq.export.CT2_SUB_BATCH` sentences of the length-sorted
+batch (a smaller call is split evenly over the workers), which keeps every core busy
+(docs/benchmarks.md); one sentence alone then runs on one thread.
 On a GPU it is one worker with that many threads.
 """
 
@@ -120,6 +121,7 @@ class CTranslate2Engine:
         dev, index = _ct2_device(device)
         n = engine_threads(threads)
         workers, per_worker = (n, 1) if dev == "cpu" else (1, n)
+        self.workers = workers
         self.sub_batch = CT2_SUB_BATCH if workers > 1 else 0  # 0: the whole batch at once
         # With several workers, a call of a few max_tokens batches keeps them all busy:
         # CTranslate2 sorts it by length and hands out sub-batches of CT2_SUB_BATCH.
@@ -279,6 +281,14 @@ class CTranslate2Engine:
             )
         return out
 
+    def _sub_batch(self, n: int) -> int:
+        """Sentences per worker call for a call of ``n``: at most CT2_SUB_BATCH, and fewer for a
+        small call, so that it still spreads over every worker (one sub-batch of 32 would
+        leave all but one worker idle)."""
+        if self.sub_batch == 0:
+            return 0
+        return max(1, min(self.sub_batch, -(-n // self.workers)))
+
     def _decode(
         self,
         tokens: list[list[str]],
@@ -290,7 +300,7 @@ class CTranslate2Engine:
         """translate_batch of the sentences ``idx`` with at most ``limit`` tokens (EOS counted)."""
         if prefixes is not None:
             kwargs = dict(kwargs, target_prefix=[prefixes[i] for i in idx])
-        sub_batch = self.sub_batch
+        sub_batch = self._sub_batch(len(idx))
         if kwargs["return_attention"] and kwargs["beam_size"] > 1:
             # CTranslate2's beam search (translate_batch, 4.x) returns a wrong attention row
             # for the first target token of a sentence decoded in a batch with others (the
@@ -339,7 +349,7 @@ class CTranslate2Engine:
             [tokens[i] for i, _ in flat],
             [[self.tgt_vocab[t] for t in h.tokens[:-1]] for _, h in flat],
             max_input_length=0,
-            max_batch_size=self.sub_batch,
+            max_batch_size=self._sub_batch(len(flat)),
         )
         for (_, h), r in zip(flat, results):
             lps = [float(x) for x in r.log_probs]  # EOS included (score_batch appends it)
