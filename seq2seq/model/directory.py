@@ -294,7 +294,7 @@ def _copy_weights(weights: Path, model: torch.nn.Module) -> None:
         with safe_open(str(weights), framework="pt") as f, torch.no_grad():
             for name in f.keys():
                 targets[name].copy_(_finite(weights, name, f.get_tensor(name)))
-    except (SafetensorError, OSError) as e:
+    except (SafetensorError, OSError, ValueError) as e:
         raise ModelDirError(f"{weights} cannot be read: {e}") from None
 
 
