@@ -163,9 +163,6 @@ def _signal_inside_load(monkeypatch, signum: int, *, on_call: int) -> list[int]:
     def copy_with_signal(self, *args, **kwargs):
         if armed[0]:
             armed[0] = False
-            # To this thread: a signal sent to the process may land on one of torch's worker
-            # threads, and CPython 3.11 then runs the handler only at the main thread's next
-            # explicit check (I/O, a sleep), which a command this short may not reach.
             signal.pthread_kill(threading.get_ident(), signum)  # the handler runs here
         return copy_(self, *args, **kwargs)
 
