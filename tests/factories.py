@@ -186,3 +186,20 @@ def perturbed_copy(model_dir: Path, out: Path, *, seed: int, scale: float = 0.3)
             p.add_(scale * p.std().nan_to_num(0.0) * torch.randn(p.shape, generator=gen))
     save_model_dir(out, loaded.model, loaded.cfg)
     return out
+
+
+def run_app(app, body):
+    """``await body(client)`` against the ASGI ``app`` with its lifespan run (startup and
+    shutdown: the batcher's worker starts and stops), through httpx's in-process transport at
+    ``http://serve``; returns what ``body`` returns."""
+    import asyncio
+
+    import httpx
+
+    async def main():
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
+                return await body(client)
+
+    return asyncio.run(main())

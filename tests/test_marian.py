@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from factories import run_app
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 transformers = pytest.importorskip("transformers")
@@ -465,10 +466,6 @@ def test_fine_tune_from_converted_model_keeps_the_vocabulary(marian, tmp_path, m
 
 
 def test_libretranslate_translate_on_a_converted_model(marian):
-    import asyncio
-
-    import httpx
-
     from seq2seq.decode import Translator
     from seq2seq.serve.app import create_app
     from seq2seq.serve.served_model import model_info
@@ -477,14 +474,11 @@ def test_libretranslate_translate_on_a_converted_model(marian):
     translator = Translator.load(model_dir)
     app = create_app(translator, info=model_info(translator, model_dir, "torch"))
 
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://s") as client:
-                body = {"q": test_src[:2], "source": "en", "target": "de"}
-                return await client.post("/translate", json=body)
+    async def main(client):
+        body = {"q": test_src[:2], "source": "en", "target": "de"}
+        return await client.post("/translate", json=body)
 
-    response = asyncio.run(main())
+    response = run_app(app, main)
     assert response.status_code == 200, response.text
     expected = translator.translate(test_src[:2])
     assert response.json()["translatedText"] == expected

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from factories import run_app
 
 from seq2seq.config import ConfigError
 from seq2seq.config.loading import load_config
@@ -446,28 +447,21 @@ def test_tiny_multilingual_model_end_to_end(tmp_path, mirror):
 
 
 def test_the_native_api_takes_source_lang_and_target_lang(tagged_model):
-    import asyncio
-
-    import httpx
-
     from seq2seq.serve.app import create_app
     from seq2seq.serve.served_model import model_info
 
     translator = Translator.load(tagged_model)
     app = create_app(translator, info=model_info(translator, tagged_model, "torch"))
 
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
-                post = client.post
-                return (
-                    await post("/v1/translate", json={"text": TEST, "target_lang": "rv"}),
-                    await post("/v1/translate", json={"text": TEST[0], "target_lang": "cp"}),
-                    await post("/v1/translate", json={"text": TEST[0], "target_lang": "fr"}),
-                )
+    async def main(client):
+        post = client.post
+        return (
+            await post("/v1/translate", json={"text": TEST, "target_lang": "rv"}),
+            await post("/v1/translate", json={"text": TEST[0], "target_lang": "cp"}),
+            await post("/v1/translate", json={"text": TEST[0], "target_lang": "fr"}),
+        )
 
-    rv, cp, unknown = asyncio.run(main())
+    rv, cp, unknown = run_app(app, main)
     assert rv.status_code == 200 and cp.status_code == 200
     texts = [t["text"] for t in rv.json()["translations"]]
     assert texts == translator.translate(TEST, target_lang="rv")
@@ -478,9 +472,6 @@ def test_the_native_api_takes_source_lang_and_target_lang(tagged_model):
 
 def test_the_server_loads_a_multilingual_model_and_serves_every_direction(tagged_model):
     # The server's own loading path (its warm-up included), then LibreTranslate's routes.
-    import asyncio
-
-    import httpx
 
     from seq2seq.serve.app import create_app
     from seq2seq.serve.batcher import engine_thread
@@ -492,22 +483,15 @@ def test_the_server_loads_a_multilingual_model_and_serves_every_direction(tagged
     )
     app = create_app(translator, info=info, executor=executor)
 
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
-                return (
-                    await client.get("/languages"),
-                    await client.post(
-                        "/translate", json={"q": TEST[0], "source": "xx", "target": "rv"}
-                    ),
-                    await client.post(
-                        "/translate", json={"q": TEST[0], "source": "xx", "target": "cp"}
-                    ),
-                )
+    async def main(client):
+        return (
+            await client.get("/languages"),
+            await client.post("/translate", json={"q": TEST[0], "source": "xx", "target": "rv"}),
+            await client.post("/translate", json={"q": TEST[0], "source": "xx", "target": "cp"}),
+        )
 
     try:
-        languages, rv, cp = asyncio.run(main())
+        languages, rv, cp = run_app(app, main)
     finally:
         executor.shutdown()
     targets = {x["code"]: sorted(x["targets"]) for x in languages.json()}

@@ -14,9 +14,8 @@ import json
 import threading
 from pathlib import Path
 
-import httpx
 import pytest
-from factories import make_model_dir
+from factories import make_model_dir, run_app
 
 from seq2seq.core.errors import UserError
 from seq2seq.decode.alignments import format_alignment
@@ -64,13 +63,10 @@ def serve_and(
     info = model_info(translator, model_dir, "torch")
     app = create_app(translator, info=info, config=config, executor=executor)
 
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
-                return await body(client, translator)
+    async def main(client):
+        return await body(client, translator)
 
-    return asyncio.run(main())
+    return run_app(app, main)
 
 
 def libre(client, q, **fields):
@@ -618,21 +614,16 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
     translator = Translator.load(folder, engine="ctranslate2", method="greedy")
     app = create_app(translator, info=model_info(translator, folder, "ctranslate2"))
 
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
-                return (
-                    await libre(client, SENTENCES),
-                    (await client.get("/v1/models")).json(),
-                    await client.post("/v1/attention", json={"text": SENTENCES[0]}),
-                    await client.post("/v1/translate", json={"text": "a", "unk_penalty": 0.5}),
-                    await client.post(
-                        "/v1/translate", json={"text": SENTENCES[1], "alignments": True}
-                    ),
-                )
+    async def main(client):
+        return (
+            await libre(client, SENTENCES),
+            (await client.get("/v1/models")).json(),
+            await client.post("/v1/attention", json={"text": SENTENCES[0]}),
+            await client.post("/v1/translate", json={"text": "a", "unk_penalty": 0.5}),
+            await client.post("/v1/translate", json={"text": SENTENCES[1], "alignments": True}),
+        )
 
-    lt, models, attention, unsupported, aligned = asyncio.run(main())
+    lt, models, attention, unsupported, aligned = run_app(app, main)
     # Greedy CTranslate2 float32 output equals the torch engine's, token for token.
     assert lt.json()["translatedText"] == reference.translate(SENTENCES, method="greedy")
     (m,) = models["models"]
@@ -659,18 +650,13 @@ def test_an_onnx_engine_refuses_alignments_before_queueing(model_dir, tmp_path):
     translator = Translator.load(folder, engine="onnx", method="greedy")
     app = create_app(translator, info=model_info(translator, folder, "onnx"))
 
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
-                bad = await client.post(
-                    "/v1/translate", json={"text": SENTENCES[0], "alignments": True}
-                )
-                health = (await client.get("/health")).json()
-                good = await client.post("/v1/translate", json={"text": SENTENCES[0]})
-                return bad, health, good
+    async def main(client):
+        bad = await client.post("/v1/translate", json={"text": SENTENCES[0], "alignments": True})
+        health = (await client.get("/health")).json()
+        good = await client.post("/v1/translate", json={"text": SENTENCES[0]})
+        return bad, health, good
 
-    bad, health, good = asyncio.run(main())
+    bad, health, good = run_app(app, main)
     assert bad.status_code == 400
     message = bad.json()["error"]
     assert "onnx engine has no attention weights" in message and "\n" not in message

@@ -12,10 +12,9 @@ import shutil
 import threading
 from pathlib import Path
 
-import httpx
 import lxml.html
 import pytest
-from factories import make_model_dir
+from factories import make_model_dir, run_app
 from prometheus_client.parser import text_string_to_metric_families
 
 from seq2seq.core.errors import UserError
@@ -48,13 +47,10 @@ def serve_and(model_dir, body, *, translator=None, **config):
     info = model_info(translator, model_dir, "torch")
     app = create_app(translator, info=info, config=ServeConfig(**config))
 
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
-                return await body(client)
+    async def main(client):
+        return await body(client)
 
-    return asyncio.run(main())
+    return run_app(app, main)
 
 
 def libre(client, q="A man runs.", **fields):
@@ -392,15 +388,10 @@ def test_an_ensemble_is_served(model_dir, tmp_path, reference):
     info = model_info(translator, [model_dir, second], "torch")
     app = create_app(translator, info=info)
 
-    async def main():
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://serve") as client:
-                return (await libre(client, SENTENCES[0])).json(), (
-                    await client.get("/v1/models")
-                ).json()
+    async def main(client):
+        return (await libre(client, SENTENCES[0])).json(), (await client.get("/v1/models")).json()
 
-    answer, models = asyncio.run(main())
+    answer, models = run_app(app, main)
     assert answer["translatedText"] == translator.translate(SENTENCES[:1])[0]
     assert answer["translatedText"] == reference.translate(SENTENCES[:1])[0]  # twice one model
     (m,) = models["models"]
