@@ -13,20 +13,23 @@ connection. The servers of one run:
   metrics, at ``--levels``;
 - ``ct2-bare``: the CTranslate2 server without keys and with ``--no-metrics``, at
   ``--overhead-levels`` (32): what key checking and metrics cost;
+- ``ct2-one-lane`` (``--lanes 1``: one batch at a time), at ``--one-lane-levels``;
 - ``torch-unbatched`` (``--no-batching``) and ``torch-continuous`` (``--continuous``), at
   ``--unbatched-levels`` and ``--continuous-levels`` (off unless given);
 - offline: each engine translating the same sentences in batches in its own process (the
   ceiling: no HTTP, no waiting for requests).
 
 Each level runs for ``--seconds`` (and at most ``--max-requests`` requests) after a short
-warm-up; ``--rounds`` repeats every measurement in turn and reports medians, and every ratio is
-taken within a round (on a shared machine one minute can be markedly slower than the next).
+warm-up; ``--rounds`` repeats every measurement in turn (the servers in a rotating order) and
+reports medians, and every ratio is taken within a round (on a shared machine one minute can be
+markedly slower than the next).
 Every answer is checked against its engine's offline translation of its sentences: an HTTP
 error, a timeout or a wrong translation counts as an error.
 
 ``--flood SECONDS``: on the ct2 server, ``--flood-clients`` clients with one key whose limit is
-``--flood-limit`` per minute hammer it while 8 clients with other keys translate; reports the
-429s each key got and the other keys' p99 latency against the same 8 clients alone.
+``--flood-limit`` per minute hammer it (from a process of their own) while 8 clients with other
+keys translate; reports the 429s each key got and the other keys' p99 latency against the same
+8 clients alone.
 ``--soak SECONDS`` then runs ``--soak-clients`` clients on the ct2 server that long (keys and
 metrics on) and reports the server's RSS (sampled every 10 s).
 
@@ -54,6 +57,7 @@ LABELS = {
     "torch": "--engine torch, keys and metrics on",
     "ct2": "--engine ctranslate2, the held export, keys and metrics on",
     "ct2-bare": "--engine ctranslate2, no keys, --no-metrics",
+    "ct2-one-lane": "--engine ctranslate2 --lanes 1 (one batch at a time), keys and metrics on",
     "torch-unbatched": "--engine torch --no-batching, keys and metrics on",
     "torch-continuous": "--engine torch --continuous, keys and metrics on",
 }
@@ -125,6 +129,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2, help="CPU threads (offline and servers)")
     p.add_argument("--levels", default="1,8,32,128", help="clients, torch and ct2 servers")
     p.add_argument("--overhead-levels", default="32", help="clients, ct2 without keys/metrics")
+    p.add_argument("--one-lane-levels", default="", help="clients, ct2 with --lanes 1")
     p.add_argument("--unbatched-levels", default="", help="clients, torch --no-batching")
     p.add_argument("--continuous-levels", default="", help="clients, torch --continuous")
     p.add_argument("--seconds", type=float, default=20, help="timed seconds per level")
@@ -139,6 +144,7 @@ def main() -> None:
     p.add_argument("--server-args", default="", help="extra `seq2seq serve` options")
     p.add_argument("--json", help="also write the numbers to this file")
     p.add_argument("--child-offline", nargs=4, help=argparse.SUPPRESS)
+    p.add_argument("--child-flood", nargs=3, help=argparse.SUPPRESS)
     args = p.parse_args()
 
     if args.child_offline:
@@ -150,6 +156,9 @@ def main() -> None:
         uvloop.install()
     except ImportError:
         pass
+    if args.child_flood:
+        child_flood(args)
+        return
 
     from seq2seq.serve.served_model import held_export
 
@@ -176,6 +185,7 @@ def main() -> None:
             "torch": ("torch", on, levels(args.levels), True),
             "ct2": ("ctranslate2", on, levels(args.levels), True),
             "ct2-bare": ("ctranslate2", ["--no-metrics", *extra], levels(args.overhead_levels), False),
+            "ct2-one-lane": ("ctranslate2", [*on, "--lanes", "1"], levels(args.one_lane_levels), True),
             "torch-unbatched": ("torch", [*on, "--no-batching"], levels(args.unbatched_levels), True),
             "torch-continuous": ("torch", [*on, "--continuous"], levels(args.continuous_levels), True),
         }  # fmt: skip
@@ -200,7 +210,12 @@ def main() -> None:
                     offline_runs[engine].append(off)
                     print(f"  round {rnd + 1}: offline {engine} {off['sentences_per_s']:.1f} sent/s",
                           flush=True)  # fmt: skip
-                for name, (engine, _opts, run_levels, with_keys) in plan.items():
+                # The servers take turns in a rotating order: none is always the one that runs
+                # right after another's load.
+                names = list(plan)
+                shift = rnd % len(names)
+                for name in names[shift:] + names[:shift]:
+                    engine, _opts, run_levels, with_keys = plan[name]
                     rows = []
                     for clients in run_levels:
                         row = asyncio.run(load(
@@ -232,29 +247,48 @@ def main() -> None:
 
 
 def flood(args, server: Server, db: Path, keys: list[str], src, want) -> dict:
-    """One key floods; 8 clients with other keys translate, alone and then during the flood."""
+    """One key floods; 8 clients with other keys translate, alone and then during the flood.
+
+    The flooding clients run in a process of their own, as an abuser runs on a machine of its
+    own: in this process they would share the measured clients' event loop, and every one of
+    their 429s would delay the measured clients' answers here, not in the server.
+    """
     (flooder,) = make_keys(db, 1, args.flood_limit)
     common = dict(seconds=args.flood, warmup=args.warmup, max_requests=10**9)
     others = lambda c: keys[c % N_KEYS]  # noqa: E731
     alone = asyncio.run(load(server.port, src, want, clients=8, seed=5, key_of=others, **common))
-
-    async def both():
-        return await asyncio.gather(
-            load(server.port, src, want, clients=args.flood_clients, seed=6,
-                 key_of=lambda _c: flooder, check=False, **common),
-            load(server.port, src, want, clients=8, seed=5, key_of=others, **common),
-        )  # fmt: skip
-
-    flooding, during = asyncio.run(both())
+    cmd = [sys.executable, __file__, str(args.model_dir), "--mirror", str(args.mirror),
+           "--split", args.split, "--flood-clients", str(args.flood_clients), "--warmup", "0",
+           "--child-flood", str(server.port), flooder, str(args.flood + args.warmup + 1)]  # fmt: skip
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "flooding":
+        sys.exit(f"the flooding process failed (exit {child.wait()})")
+    during = asyncio.run(load(server.port, src, want, clients=8, seed=5, key_of=others, **common))
+    flooding = json.loads(child.stdout.read().strip().splitlines()[-1])
+    if child.wait():
+        sys.exit(f"the flooding process failed (exit {child.returncode})")
     out = {"alone": alone, "flooder": flooding, "others": during,
            "p99_ratio": during["p99_ms"] / alone["p99_ms"]}  # fmt: skip
-    print(f"flood: the flooding key ({args.flood_clients} clients, limit {args.flood_limit}/min) "
-          f"got {flooding['limited']} 429s and {flooding['requests']} answers; the other keys "
-          f"got {during['limited']} 429s, {during['errors']} errors, {during['wrong']} wrong; "
-          f"their p99 {during['p99_ms']:.0f} ms during the flood against {alone['p99_ms']:.0f} "
-          f"ms alone ({out['p99_ratio']:.2f}x), throughput {during['sentences_per_s']:.1f} "
-          f"against {alone['sentences_per_s']:.1f} sent/s", flush=True)  # fmt: skip
+    print(f"flood: the flooding key ({args.flood_clients} clients in another process, limit "
+          f"{args.flood_limit}/min) got {flooding['limited']} 429s and {flooding['requests']} "
+          f"answers; the other keys got {during['limited']} 429s, {during['errors']} errors, "
+          f"{during['wrong']} wrong; their p99 {during['p99_ms']:.0f} ms during the flood against "
+          f"{alone['p99_ms']:.0f} ms alone ({out['p99_ratio']:.2f}x), throughput "
+          f"{during['sentences_per_s']:.1f} against {alone['sentences_per_s']:.1f} sent/s",
+          flush=True)  # fmt: skip
     return out
+
+
+def child_flood(args) -> None:
+    """``--child-flood PORT KEY SECONDS``: ``--flood-clients`` clients with KEY, unchecked."""
+    port, key, seconds = args.child_flood
+    src = read_test_source(args.model_dir, args.mirror, args.split)
+    print("flooding", flush=True)
+    row = asyncio.run(load(int(port), src, {}, clients=args.flood_clients, seconds=float(seconds),
+                           warmup=0, max_requests=10**9, seed=6, key_of=lambda _c: key,
+                           check=False))  # fmt: skip
+    print(json.dumps(row), flush=True)
 
 
 def soak(args, server: Server, keys: list[str], src, want) -> dict:
@@ -316,6 +350,9 @@ def report(args, results: dict, plan: dict, runs: dict, offline_runs: dict, n_sr
             )
             if bare.get(c):
                 ratios.setdefault(f"keys_metrics_cost_{c}", []).append(1 - v / bare[c])
+            one = at("ct2-one-lane", rnd)
+            if one.get(c):
+                ratios.setdefault(f"ct2_over_one_lane_{c}", []).append(v / one[c])
         for c, v in torch_.items():
             ratios.setdefault(f"torch_of_offline_{c}", []).append(
                 v / offline_runs["torch"][rnd]["sentences_per_s"]

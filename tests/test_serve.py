@@ -643,6 +643,39 @@ def test_an_exported_model_is_served_too(model_dir, reference, tmp_path):
     assert sentence["hypotheses"] == [{"text": want.text, "alignment": _pairs(want)}]
 
 
+def test_a_ctranslate2_engine_with_two_workers_runs_two_batch_lanes(model_dir, reference, tmp_path):
+    import torch
+
+    from seq2seq.export.exporter import export_model
+
+    folder = export_model(model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # two CTranslate2 workers, so two calls may run at once
+    try:
+        translator = Translator.load(folder, engine="ctranslate2", method="greedy")
+    finally:
+        torch.set_num_threads(before)
+    info = model_info(translator, folder, "ctranslate2")
+    assert translator.engine.concurrent_calls == 2
+    with pytest.raises(UserError, match="--lanes 3: this engine runs at most 2"):
+        create_app(translator, info=info, config=ServeConfig(lanes=3))
+    one = create_app(translator, info=info, config=ServeConfig(lanes=1))
+    app = create_app(translator, info=info, config=ServeConfig(max_wait_ms=1))
+    texts = [SENTENCES[i % len(SENTENCES)] for i in range(24)]
+
+    async def main(client):
+        models = (await client.get("/v1/models")).json()
+        answers = await asyncio.gather(*(libre(client, t) for t in texts))
+        return models, answers
+
+    models, answers = run_app(app, main)
+    assert models["models"][0]["batching"]["lanes"] == 2
+    assert run_app(one, lambda c: c.get("/v1/models")).json()["models"][0]["batching"]["lanes"] == 1
+    want = reference.translate(texts, method="greedy")
+    assert [a.json()["translatedText"] for a in answers] == want
+    assert app.state.service.batcher.stats.batches > 1
+
+
 def test_an_onnx_engine_refuses_alignments_before_queueing(model_dir, tmp_path):
     from seq2seq.export.exporter import export_model
 

@@ -447,3 +447,138 @@ def test_a_stream_that_cannot_start_falls_back_to_static_batches():
 
     assert run(main()) == expected(["a b", "c"], "beam5")
     assert script.batches == [(["a b", "c"], "beam5")]
+
+
+# ---- lanes: several static batches in flight (an engine with workers of its own) ----------
+
+
+class Gate(Script):
+    """A fake engine whose calls block until ``open`` is set; records the calls running at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.open = threading.Event()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+
+    def __call__(self, sentences: list[str], options: object) -> list[str]:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        try:
+            assert self.open.wait(10), "the gate never opened"
+            return super().__call__(sentences, options)
+        finally:
+            with self.lock:
+                self.running -= 1
+
+
+async def _until(predicate, seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.002)
+
+
+@pytest.mark.parametrize("lanes", [1, 2, 3])
+def test_lanes_run_that_many_batches_at_once_and_share_the_queue(lanes):
+    gate = Gate()
+    batcher = make(gate, max_wait=0.05, lanes=lanes)
+    requests = [[f"r{r} s{i}" for i in range(2)] for r in range(12)]  # 24 sentences of 2 tokens
+
+    async def main():
+        await batcher.start()
+        tasks = [asyncio.ensure_future(batcher.translate(req, "b")) for req in requests]
+        # every request is queued before the first batch forms (max_wait), then the free
+        # lanes take their shares and block in the engine
+        await _until(lambda: gate.running == lanes)
+        await asyncio.sleep(0.05)  # no further lane starts while all are busy
+        assert gate.running == lanes
+        gate.open.set()
+        out = await asyncio.gather(*tasks)
+        await batcher.close()
+        return out
+
+    results = run(main())
+    for req, got in zip(requests, results):
+        assert got == expected(req, "b")
+    assert gate.most == lanes
+    first = [len(batch) for batch, _ in gate.batches[:lanes]]
+    # Lanes free at the same time split the 24 queued sentences evenly; one lane takes all.
+    assert first == [24 // lanes] * lanes
+    assert len(gate.threads) == lanes
+    flat = sorted(s for batch, _ in gate.batches for s in batch)
+    assert flat == sorted(s for req in requests for s in req)
+
+
+def test_with_lanes_a_call_waits_until_no_batch_runs():
+    gate = Gate()
+    batcher = make(gate, max_wait=0.0, lanes=2)
+    seen = []
+
+    async def main():
+        await batcher.start()
+        first = asyncio.ensure_future(batcher.translate(["a b"], "x"))
+        await _until(lambda: gate.running == 1)
+        call = asyncio.ensure_future(batcher.call(lambda: seen.append(gate.running) or "done"))
+        later = asyncio.ensure_future(batcher.translate(["c d"], "x"))
+        await asyncio.sleep(0.05)
+        assert not call.done() and gate.running == 1  # the call waits; so does what follows it
+        gate.open.set()
+        out = await asyncio.gather(first, call, later)
+        await batcher.close()
+        return out
+
+    assert run(main()) == [expected(["a b"], "x"), "done", expected(["c d"], "x")]
+    assert seen == [0]
+
+
+def test_with_lanes_close_waits_for_the_batches_in_flight():
+    gate = Gate()
+    batcher = make(gate, max_wait=0.0, lanes=2)
+
+    async def main():
+        await batcher.start()
+        tasks = [asyncio.ensure_future(batcher.translate([f"s{i}"], "x")) for i in range(2)]
+        await _until(lambda: gate.running == 2)
+        closing = asyncio.ensure_future(batcher.close())
+        await asyncio.sleep(0.05)
+        assert not closing.done()
+        with pytest.raises(BatcherClosed):
+            await batcher.translate(["late"], "x")
+        gate.open.set()
+        await closing
+        return await asyncio.gather(*tasks)
+
+    assert run(main()) == [expected(["s0"], "x"), expected(["s1"], "x")]
+
+
+def test_with_lanes_an_engine_exception_fails_only_its_request():
+    script = Script(poison="bad", delay=0.01)
+    batcher = make(script, max_wait=0.02, lanes=2)
+
+    async def main():
+        await batcher.start()
+        out = await asyncio.gather(
+            *(
+                batcher.translate([f"ok{i}", "bad" if i == 3 else f"fine{i}"], "x")
+                for i in range(8)
+            ),
+            return_exceptions=True,
+        )
+        await batcher.close()
+        return out
+
+    out = run(main())
+    assert isinstance(out[3], EngineFailure)
+    for i, got in enumerate(out):
+        if i != 3:
+            assert got == expected([f"ok{i}", f"fine{i}"], "x")
+
+
+def test_lanes_are_refused_with_a_continuous_search_or_below_one():
+    with pytest.raises(ValueError, match="lanes"):
+        make(Script(), lanes=0)
+    with pytest.raises(ValueError, match="continuous"):
+        make(Script(), lanes=2, stream_for=lambda _o: None)

@@ -10,6 +10,7 @@ import asyncio
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import lxml.html
@@ -105,7 +106,7 @@ def test_keys_are_checked_and_limited_per_key_and_changes_apply_live(model_dir, 
         out["free"] = [r.status_code for r in free for _ in range(3)]
         return out
 
-    out = serve_and(model_dir, body, api_keys=str(db), req_limit=3)
+    out = serve_and(model_dir, body, api_keys=str(db), req_limit=3, slowdown_delay_s=0)
     assert out["bad"].status_code == 403 and out["bad"].json() == {"error": "Invalid API key"}
     assert out["slow"] == [200, 200, 429]
     assert out["slow_429"].json() == {"error": "Slowdown: 2 per 1 minute"}
@@ -115,6 +116,35 @@ def test_keys_are_checked_and_limited_per_key_and_changes_apply_live(model_dir, 
     assert out["removed"].status_code == 403 and out["removed"].json()["error"] == "Invalid API key"
     assert out["native"] == 429  # the default key's minute is used up: the same count
     assert set(out["free"]) == {200}
+
+
+def test_a_429_waits_out_the_slowdown_delay_and_says_when_to_retry(model_dir, tmp_path):
+    db = tmp_path / "keys.db"
+    store = KeyStore(db, create=True)
+    slow, other = store.add(1), store.add(100)
+
+    async def timed(request):
+        started = time.perf_counter()
+        answer = await request
+        return answer, time.perf_counter() - started
+
+    async def body(client):
+        first = await libre(client, api_key=slow)
+        # the refused request and another key's, sent together: only the refusal is held
+        (limited, held), (fine, _) = await asyncio.gather(
+            timed(libre(client, api_key=slow)), timed(libre(client, api_key=other))
+        )
+        return first, limited, held, fine
+
+    first, limited, held, fine = serve_and(model_dir, body, api_keys=str(db), slowdown_delay_s=0.5)
+    assert first.status_code == 200 and fine.status_code == 200
+    assert limited.status_code == 429
+    assert limited.json() == {"error": "Slowdown: 1 per 1 minute"}
+    assert held >= 0.5
+    # the one request of its minute was just let through: about 60 s until the next
+    assert 55 <= int(limited.headers["Retry-After"]) <= 60
+    with pytest.raises(UserError, match="--slowdown-delay must be between 0 and 60"):
+        ServeConfig(slowdown_delay_s=-1)
 
 
 def test_a_required_key_refuses_keyless_requests(model_dir, tmp_path):

@@ -74,6 +74,13 @@ def add_serve(sub) -> None:
         help="translate one request at a time (the baseline of benchmarks/serve_load.py)",
     )
     g.add_argument(
+        "--lanes",
+        type=int,
+        metavar="N",
+        help="batches in flight at once (default 0: as many as the engine runs at once, "
+        "CTranslate2's workers on CPU; 1: one batch at a time)",
+    )
+    g.add_argument(
         "--continuous",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -97,6 +104,13 @@ def add_serve(sub) -> None:
         metavar="N",
         help="requests per minute per key without its own limit, and per address without a "
         "key (default: no limit)",
+    )
+    k.add_argument(
+        "--slowdown-delay",
+        type=float,
+        metavar="S",
+        help="seconds a request over its limit waits for its 429, so that a client retrying "
+        "at once takes little CPU from the others (default 1; 0: at once)",
     )
     k.add_argument("--max-file-bytes", type=int, metavar="N", help="largest /translate_file")
     k.add_argument(
@@ -126,6 +140,7 @@ def _run_serve(args) -> int:
     given = dict(
         max_queue=args.max_queue,
         req_limit=args.req_limit,
+        slowdown_delay_s=args.slowdown_delay,
         max_file_bytes=args.max_file_bytes,
         file_expiry_s=args.file_expiry,
         max_chars=args.max_chars,
@@ -135,6 +150,7 @@ def _run_serve(args) -> int:
         max_alternatives=args.max_alternatives,
         max_wait_ms=args.max_wait_ms,
         max_batch_tokens=args.max_batch_tokens,
+        lanes=args.lanes,
     )
     config = ServeConfig(
         **{k: v for k, v in given.items() if v is not None},

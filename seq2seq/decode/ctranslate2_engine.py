@@ -126,6 +126,9 @@ class CTranslate2Engine:
         # With several workers, a call of a few max_tokens batches keeps them all busy:
         # CTranslate2 sorts it by length and hands out sub-batches of CT2_SUB_BATCH.
         self.batches_per_call = CT2_BATCHES_PER_CALL if workers > 1 else 1
+        # ctranslate2.Translator is thread-safe: calls from several threads queue their
+        # sub-batches for the same workers (a server keeps one call per worker in flight).
+        self.concurrent_calls = workers
         try:
             self.translator = ctranslate2.Translator(
                 str(self.export_dir),

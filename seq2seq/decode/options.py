@@ -77,7 +77,9 @@ class Engine(Protocol):
     An engine may also have an int attribute ``batches_per_call`` (read with a default of 1):
     :meth:`Translator.translate_nbest` then hands it batches of up to that many times
     ``max_tokens`` source tokens, for an engine that splits batches over workers itself
-    (:class:`seq2seq.decode.ctranslate2_engine.CTranslate2Engine` on CPU).
+    (:class:`seq2seq.decode.ctranslate2_engine.CTranslate2Engine` on CPU), and an int
+    attribute ``concurrent_calls`` (default 1): how many calls it may run at once from
+    different threads (the server's batch lanes, seq2seq.serve.batcher).
 
     An engine that can return cross-attention (for word alignments, seq2seq.decode.alignments) takes
     a keyword ``attention: bool``; the Translator passes it only when alignments are asked

@@ -3,7 +3,10 @@ shapes.
 
 - An unknown (or removed) key is 403 ``{"error": "Invalid API key"}``.
 - Under ``--require-api-key`` a request without a key is 403 with a one-line error.
-- A client over its limit is 429 ``{"error": "Slowdown: N per 1 minute"}``.
+- A client over its limit is 429 ``{"error": "Slowdown: N per 1 minute"}``, with
+  ``Retry-After``: the seconds until its window lets a request through again. The app answers
+  it after ``--slowdown-delay`` (seq2seq.serve.app), so that a client retrying at once on its
+  connections costs the server little.
 
 Limits count per key (the key's own ``req_limit``, or the server's ``--req-limit``), so another
 key from the same address keeps working; requests without a key count per client address
@@ -14,6 +17,8 @@ through when fewer than N were let through in the 60 seconds before it.
 
 from __future__ import annotations
 
+import math
+import time
 from typing import TYPE_CHECKING
 
 from limits import RateLimitItemPerMinute
@@ -87,5 +92,10 @@ class Access:
                 item = self._items[limit] = RateLimitItemPerMinute(limit)
             who = f"key:{key}" if key is not None else f"addr:{address}"
             if not self._limiter.hit(item, who):
-                raise RequestError(429, f"Slowdown: {limit} per 1 minute")
+                reset = self._limiter.get_window_stats(item, who).reset_time
+                raise RequestError(
+                    429,
+                    f"Slowdown: {limit} per 1 minute",
+                    retry_after=max(1, math.ceil(reset - time.time())),
+                )
         return Client(key, address)

@@ -37,6 +37,7 @@ message. An engine exception is a 500 for the requests it hit and the server goe
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from contextlib import asynccontextmanager
@@ -141,6 +142,8 @@ def create_app(
 
     @app.exception_handler(RequestError)
     async def _request_error(_request, exc: RequestError):
+        if exc.status == 429 and config.slowdown_delay_s:
+            await asyncio.sleep(config.slowdown_delay_s)  # see ServeConfig.slowdown_delay_s
         answer = error(exc.status, exc.message)
         if exc.retry_after is not None:
             answer.headers["Retry-After"] = str(exc.retry_after)
@@ -232,6 +235,7 @@ def create_app(
             "enabled": config.batching,
             "max_wait_ms": config.max_wait_ms,
             "max_batch_tokens": service.batcher.max_tokens,
+            "lanes": service.batcher.lanes,
             # beam search without constraints, n-gram ban or alignments joins a running search
             "continuous": service.continuous,
         }

@@ -16,6 +16,13 @@ two:
   keeps accepting and parsing requests while the engine works, and the engine is never
   called from two threads at once; requests that arrive meanwhile form the next batch.
 
+Lanes: an engine that runs several calls at once on workers of its own (CTranslate2 on CPU
+with several ``inter_threads``) gets ``lanes`` batches in flight, each on a thread of the
+batcher's lane pool. A lane that frees takes the queue as it is then (after ``max_wait``), and
+lanes free at the same time share the queue evenly, so the engine always has the next batch
+queued while it finishes one: with one lane, the worker that ends its part of a batch first
+idles until the others end theirs and the next batch is formed (docs/benchmarks.md).
+
 Only sentences with equal options share a batch (a request asking for beam 10 is not mixed with
 the default beam 5; the options of :mod:`seq2seq.serve.service` are the
 :class:`~seq2seq.decode.options.SearchOptions`, whether word alignments are wanted and whether
@@ -125,7 +132,7 @@ class BatcherStats:
     queued_sentences: int = 0
     in_flight_requests: int = 0
     busy_seconds: float = 0.0
-    """Time the worker spent translating batches."""
+    """Time spent translating batches, summed over the lanes."""
     stream_steps: int = 0
     """Steps of the continuous search."""
     stream_rows: int = 0
@@ -182,6 +189,8 @@ class Batcher(Generic[Options, Result]):
             :meth:`start` and stops it with :meth:`close`.
         on_batch: called on the event loop with the number of sentences of each batch (of
             each group joining the continuous search), for the metrics.
+        lanes: static batches in flight at once, each on its own thread (>1 only for an engine
+            that may be called from several threads at once; not with ``stream_for``).
     """
 
     def __init__(
@@ -195,7 +204,12 @@ class Batcher(Generic[Options, Result]):
         stream_for: Callable[[Any], Stream | None] | None = None,
         executor: ThreadPoolExecutor | None = None,
         on_batch: Callable[[int], None] | None = None,
+        lanes: int = 1,
     ) -> None:
+        if lanes < 1:
+            raise ValueError(f"lanes must be >= 1, got {lanes}")
+        if lanes > 1 and stream_for is not None:
+            raise ValueError("lanes > 1 runs static batches only, not a continuous search")
         if max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
         if max_wait < 0:
@@ -219,6 +233,9 @@ class Batcher(Generic[Options, Result]):
         self._executor: ThreadPoolExecutor | None = None
         self._closing = False
         self._on_batch = on_batch
+        self.lanes = lanes
+        self._running: set[asyncio.Task] = set()
+        self._lane_pool: ThreadPoolExecutor | None = None
 
     # ---- life cycle --------------------------------------------------------------------
 
@@ -228,6 +245,8 @@ class Batcher(Generic[Options, Result]):
             raise RuntimeError("the batcher is already running")
         self._wakeup = asyncio.Event()
         self._executor = self._given_executor or engine_thread()
+        if self.lanes > 1:
+            self._lane_pool = ThreadPoolExecutor(self.lanes, thread_name_prefix="seq2seq-lane")
         self._closing = False
         self._task = asyncio.get_running_loop().create_task(self._schedule())
 
@@ -240,8 +259,12 @@ class Batcher(Generic[Options, Result]):
         await self._task
         self._task = None
         executor, self._executor = self._executor, None
+        pools = [self._lane_pool] if self._lane_pool is not None else []
+        self._lane_pool = None
         if executor is not None and executor is not self._given_executor:
-            await asyncio.get_running_loop().run_in_executor(None, executor.shutdown)
+            pools.append(executor)
+        for pool in pools:
+            await asyncio.get_running_loop().run_in_executor(None, pool.shutdown)
 
     @property
     def running(self) -> bool:
@@ -305,21 +328,42 @@ class Batcher(Generic[Options, Result]):
             self._pending.popleft()
             self.stats.queued_sentences -= 1
 
-    def _queued_tokens(self, options: Any) -> int:
-        """Tokens queued for batches with ``options`` (stops counting at the budget)."""
+    def _queued_tokens(self, options: Any, cap: int) -> int:
+        """Tokens queued for batches with ``options`` (stops counting at ``cap``)."""
         total = 0
         for item in self._pending:
             if item.options == options and not item.job.future.done():
                 total += item.n_tokens
-                if total >= self.max_tokens:
+                if total >= cap:
                     break
         return total
+
+    def _share(self, options: Any) -> int:
+        """The token budget of the next batch: ``max_tokens``, or with several lanes free at
+        once, an even share of what is queued (so that every free lane gets its part)."""
+        free = self.lanes - len(self._running)
+        if free <= 1:
+            return self.max_tokens
+        queued = self._queued_tokens(options, self.max_tokens * free)
+        return max(1, min(self.max_tokens, -(-queued // free)))
+
+    def _lane_done(self, task: asyncio.Task) -> None:
+        self._running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("a batch lane failed", exc_info=task.exception())
+        self._wake()
+
+    async def _drain(self) -> None:
+        """Wait until no lane runs a batch."""
+        while self._running:
+            await asyncio.wait(set(self._running))
 
     async def _schedule(self) -> None:
         loop = asyncio.get_running_loop()
         assert self._wakeup is not None
         while True:
             if self._calls:
+                await self._drain()  # a call runs alone
                 await self._run_call(self._calls.popleft())
                 continue
             self._drop_abandoned()
@@ -330,14 +374,18 @@ class Batcher(Generic[Options, Result]):
                 self._stream = None
             if not self._pending:
                 if self._closing:
+                    await self._drain()
                     return
                 self._wakeup.clear()
                 await self._wakeup.wait()
                 continue
+            if len(self._running) >= self.lanes:  # every lane busy: wait for one
+                await asyncio.wait(set(self._running), return_when=asyncio.FIRST_COMPLETED)
+                continue
             oldest = self._pending[0]
             if self.batching and not self._closing:
                 deadline = oldest.arrival + self.max_wait
-                while self._queued_tokens(oldest.options) < self.max_tokens:
+                while self._queued_tokens(oldest.options, self.max_tokens) < self.max_tokens:
                     remaining = deadline - loop.time()
                     if remaining <= 0 or self._closing or self._calls:
                         break
@@ -356,16 +404,32 @@ class Batcher(Generic[Options, Result]):
                     self._stream_options = oldest.options
                     await self._stream_step()
                     continue
-            batch = self._take(oldest.options, oldest.job)
+            if self.lanes == 1:
+                batch = self._take(oldest.options, oldest.job)
+                if batch:
+                    await self._run_batch(batch)
+                continue
+            batch = self._take(oldest.options, oldest.job, budget=self._share(oldest.options))
             if batch:
-                await self._run_batch(batch)
+                task = loop.create_task(self._run_batch(batch))
+                self._running.add(task)
+                task.add_done_callback(self._lane_done)
 
-    def _take(self, options: Any, first_job: _Job, *, used: int | None = None) -> list[_Item]:
+    def _take(
+        self,
+        options: Any,
+        first_job: _Job,
+        *,
+        used: int | None = None,
+        budget: int | None = None,
+    ) -> list[_Item]:
         """Remove the next batch from the queue: FIFO among sentences with ``options``.
 
         ``used``: source tokens already in the running search (joining it, not even the first
         sentence goes beyond the budget); None: a new batch, whose first sentence always fits.
+        ``budget``: the batch's source tokens (None: ``max_tokens``).
         """
+        budget = self.max_tokens if budget is None else budget
         batch: list[_Item] = []
         tokens = 0 if used is None else used
         keep: collections.deque[_Item] = collections.deque()
@@ -376,11 +440,11 @@ class Batcher(Generic[Options, Result]):
                 continue
             fits = item.options == options and (self.batching or item.job is first_job)
             first = not batch and used is None
-            if fits and (first or tokens + item.n_tokens <= self.max_tokens):
+            if fits and (first or tokens + item.n_tokens <= budget):
                 batch.append(item)
                 tokens += item.n_tokens
                 self.stats.queued_sentences -= 1
-                if tokens >= self.max_tokens:
+                if tokens >= budget:
                     break
             else:
                 keep.append(item)
@@ -453,7 +517,7 @@ class Batcher(Generic[Options, Result]):
         started = time.perf_counter()
         try:
             results = await loop.run_in_executor(
-                self._executor, self._translate_checked, [it.text for it in batch], options
+                self._batch_pool, self._translate_checked, [it.text for it in batch], options
             )
         except Exception as error:
             await self._retry_alone(batch, options, error)
@@ -461,6 +525,11 @@ class Batcher(Generic[Options, Result]):
         finally:
             self.stats.busy_seconds += time.perf_counter() - started
         self._deliver(batch, results)
+
+    @property
+    def _batch_pool(self) -> ThreadPoolExecutor | None:
+        """Where static batches run: the lane pool, or the worker thread."""
+        return self._lane_pool or self._executor
 
     def _translate_checked(self, texts: list[str], options: Any) -> list[Any]:
         results = self._translate(texts, options)
@@ -500,7 +569,7 @@ class Batcher(Generic[Options, Result]):
                 continue
             try:
                 results = await loop.run_in_executor(
-                    self._executor, self._translate_checked, [it.text for it in items], options
+                    self._batch_pool, self._translate_checked, [it.text for it in items], options
                 )
             except Exception as e:
                 self._fail(job, e)

@@ -20,8 +20,8 @@ __all__ = ["RequestError", "check_unicode", "read_json_object", "read_libre_fiel
 
 
 class RequestError(Exception):
-    """A request the server refuses: an HTTP status and a one-line message (and, for a 503,
-    the seconds to answer in ``Retry-After``)."""
+    """A request the server refuses: an HTTP status and a one-line message (and, for a 503 or
+    a 429, the seconds to answer in ``Retry-After``)."""
 
     def __init__(self, status: int, message: str, *, retry_after: int | None = None) -> None:
         super().__init__(message)

@@ -24,6 +24,9 @@ class ServeConfig:
         max_batch_tokens: source tokens per batch (0: the model's ``decoding.max_tokens``
             times the engine's ``batches_per_call``).
         batching: False translates one request at a time (a baseline for benchmarks).
+        lanes: static batches in flight at once (seq2seq.serve.batcher); 0: as many as the
+            engine runs at once (``concurrent_calls``: CTranslate2's workers on CPU, 1 for
+            the torch engine); more than the engine's are refused when the server starts.
         continuous: with the torch engine, beam-search sentences join a running search
             between its steps and leave it when done (seq2seq.decode.continuous); False (the
             default): static batches only. Sampling, greedy, constraints, the n-gram ban and
@@ -32,6 +35,9 @@ class ServeConfig:
         require_api_key: refuse requests without a key (with ``api_keys``).
         req_limit: requests per minute per key without its own limit, and per address for
             requests without a key; 0: no limit.
+        slowdown_delay_s: seconds a request over its limit waits for its 429 (a client that
+            retries at once on each of its connections then sends one request a connection
+            per delay, not hundreds a second that take CPU from everyone else); 0: at once.
         max_queue: sentences queued for the engine beyond which a request is refused with 503
             and ``Retry-After`` (backpressure); 0: no bound.
         max_file_bytes: the largest file ``POST /translate_file`` takes.
@@ -50,10 +56,12 @@ class ServeConfig:
     max_wait_ms: float = 5.0
     max_batch_tokens: int = 0
     batching: bool = True
+    lanes: int = 0
     continuous: bool = False
     api_keys: str | None = None
     require_api_key: bool = False
     req_limit: int = 0
+    slowdown_delay_s: float = 1.0
     max_queue: int = 4096
     max_file_bytes: int = 1_000_000
     file_expiry_s: float = 1800.0
@@ -65,13 +73,17 @@ class ServeConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
         if self.max_alternatives < 0 or self.max_batch_tokens < 0:
             raise UserError("--max-alternatives and --max-batch-tokens must be >= 0")
-        for name in ("req_limit", "max_queue"):
+        for name in ("req_limit", "max_queue", "lanes"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 0")
         if self.max_file_bytes < 1 or self.file_expiry_s <= 0:
             raise UserError("--max-file-bytes and --file-expiry must be > 0")
         if self.require_api_key and not self.api_keys:
             raise UserError("--require-api-key needs --api-keys FILE")
+        if not 0 <= self.slowdown_delay_s <= 60:
+            raise UserError(
+                f"--slowdown-delay must be between 0 and 60 seconds, got {self.slowdown_delay_s}"
+            )
         if not 0 <= self.max_wait_ms <= 10_000:
             raise UserError(f"--max-wait-ms must be between 0 and 10000, got {self.max_wait_ms}")
 

@@ -105,6 +105,14 @@ class TranslationService:
             and isinstance(engine, TorchEngine)
             and engine.use_cache
         )
+        most = getattr(engine, "concurrent_calls", 1)
+        if config.lanes > most:
+            raise UserError(
+                f"--lanes {config.lanes}: this engine runs at most {most} call(s) at once"
+            )
+        lanes = config.lanes or most
+        if self.continuous or not config.batching:
+            lanes = 1
         self.batcher = Batcher(
             self._translate_batch,
             count_tokens=self._count_tokens,
@@ -114,6 +122,7 @@ class TranslationService:
             stream_for=self._stream_for if self.continuous else None,
             executor=executor,
             on_batch=metrics.batches.observe if metrics is not None else None,
+            lanes=lanes,
         )
 
     # ---- worker side (runs on the batcher's thread) ---------------------------------------
