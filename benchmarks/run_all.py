@@ -37,6 +37,7 @@ BENCHMARKS = {
     "termbase": (False, []),
     "engine_thread": (True, []),
     "serve_load": (True, []),
+    "serve_overhead": (False, []),
 }
 
 

@@ -24,7 +24,7 @@ from seq2seq.serve.app import create_app
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.files import FileStore
 from seq2seq.serve.html import HtmlDocument, RunTranslation
-from seq2seq.serve.keys import KEY_ALPHABET, KeyStore
+from seq2seq.serve.keys import KEY_ALPHABET, KeyStore, KeyTable
 from seq2seq.serve.metrics import key_label
 from seq2seq.serve.served_model import choose_engine, held_export, model_info
 
@@ -61,6 +61,35 @@ def libre(client, q="A man runs.", **fields):
 # ---- keys and limits --------------------------------------------------------------------------
 
 
+async def until(request, status: int, within: float = 5.0):
+    """Send ``request()`` every 0.2 s until it answers ``status``; (that answer, seconds)."""
+    started = time.monotonic()
+    while True:
+        answer = await request()
+        if answer.status_code == status or time.monotonic() - started > within:
+            return answer, time.monotonic() - started
+        await asyncio.sleep(0.2)
+
+
+def test_a_running_server_checks_the_key_file_at_most_once_a_max_age(tmp_path):
+    db = tmp_path / "keys.db"
+    store = KeyStore(db, create=True)
+    table = KeyTable(db, max_age_s=0.5)
+    key = store.add(7)
+    assert table.lookup(key) == (False, None)  # checked at start, trusted for 0.5 s
+    time.sleep(0.6)
+    assert table.lookup(key) == (True, 7)
+    store.remove(key)
+    assert table.lookup(key) == (True, 7)
+    time.sleep(0.6)
+    assert table.lookup(key) == (False, None)
+    # a file replaced under the same name is read anew (its inode changed)
+    db.unlink()
+    other = KeyStore(db, create=True).add(3)
+    time.sleep(0.6)
+    assert table.lookup(other) == (True, 3)
+
+
 def test_key_store_makes_private_files_and_fresh_keys(tmp_path):
     db = tmp_path / "keys.db"
     store = KeyStore(db, create=True)
@@ -90,10 +119,10 @@ def test_keys_are_checked_and_limited_per_key_and_changes_apply_live(model_dir, 
             .status_code for _ in range(4)
         ]  # fmt: skip
         out["keyless"] = [(await libre(client)).status_code for _ in range(4)]
-        new = store.add(10)  # added while the server runs
-        out["new"] = (await libre(client, api_key=new)).status_code
+        new = store.add(10)  # added while the server runs: in use within a second
+        out["new"], out["new_after"] = await until(lambda: libre(client, api_key=new), 200)
         store.remove(new)
-        out["removed"] = await libre(client, api_key=new)
+        out["removed"], out["removed_after"] = await until(lambda: libre(client, api_key=new), 403)
         out["native"] = (
             await client.post("/v1/translate", json={"text": "A dog.", "api_key": default})
         ).status_code
@@ -112,8 +141,8 @@ def test_keys_are_checked_and_limited_per_key_and_changes_apply_live(model_dir, 
     assert out["slow_429"].json() == {"error": "Slowdown: 2 per 1 minute"}
     assert out["default"] == [200, 200, 200, 429]
     assert out["keyless"] == [200, 200, 200, 429]  # per address, --req-limit
-    assert out["new"] == 200
-    assert out["removed"].status_code == 403 and out["removed"].json()["error"] == "Invalid API key"
+    assert out["new"].status_code == 200 and out["new_after"] <= 1.5
+    assert out["removed"].json() == {"error": "Invalid API key"} and out["removed_after"] <= 1.5
     assert out["native"] == 429  # the default key's minute is used up: the same count
     assert set(out["free"]) == {200}
 

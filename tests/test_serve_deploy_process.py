@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -60,6 +61,17 @@ def test_the_held_export_is_served_and_said_so(deployed):
     assert model["api_keys"] == {"enabled": True, "required": True}
 
 
+def _until(request, status: int, within: float = 5.0):
+    """``request()`` every 0.2 s until it answers ``status`` (a server re-reads its key file
+    at most once a second) or ``within`` seconds pass; the last answer."""
+    deadline = time.monotonic() + within
+    while True:
+        answer = request()
+        if answer.status_code == status or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.2)
+
+
 def test_keys_from_the_command_line_apply_while_it_runs(deployed):
     srv, db, key = deployed
     url = f"{srv.url}/translate"
@@ -70,12 +82,16 @@ def test_keys_from_the_command_line_apply_while_it_runs(deployed):
     added = keys("add", "--db", str(db), "--req-limit", "1")
     new = added.stdout.splitlines()[-1]
     assert new in keys("list", "--db", str(db)).stdout
-    first = httpx.post(url, data={"q": "A dog.", "api_key": new, **GOOD}, timeout=30)
+    first = _until(
+        lambda: httpx.post(url, data={"q": "A dog.", "api_key": new, **GOOD}, timeout=30), 200
+    )
     second = httpx.post(url, data={"q": "A dog.", "api_key": new, **GOOD}, timeout=30)
     assert (first.status_code, second.status_code) == (200, 429)
     assert second.json() == {"error": "Slowdown: 1 per 1 minute"}
     assert keys("remove", new, "--db", str(db)).returncode == 0
-    gone = httpx.post(url, json={"q": "A dog.", "api_key": new, **GOOD}, timeout=30)
+    gone = _until(
+        lambda: httpx.post(url, json={"q": "A dog.", "api_key": new, **GOOD}, timeout=30), 403
+    )
     assert gone.status_code == 403 and gone.json() == {"error": "Invalid API key"}
     bad = keys("remove", new, "--db", str(db))
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
