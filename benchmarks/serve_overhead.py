@@ -11,7 +11,10 @@ millisecond's pause between calls (as requests arrive):
   second, ``KeyTable(max_age_s=1)``) and with the file checked at every lookup
   (``max_age_s=0``);
 - the metrics the app counts for one request (the per-key counter, the route counter and the
-  latency histogram).
+  latency histogram);
+- where the ``limits`` library is installed, its in-memory moving window (what
+  :mod:`seq2seq.serve.access` counted with before its own :class:`MovingWindow`), for
+  comparison.
 
 Each is timed alone and then with a busy pure-Python thread beside it, as the server's batch
 threads are while they tokenize and detokenize: a call that releases the GIL (a system call, an
@@ -31,7 +34,7 @@ from pathlib import Path
 
 import needs  # this folder: one line and exit 2 for a user mistake
 
-from seq2seq.serve.access import Access
+from seq2seq.serve.access import Access, MovingWindow
 from seq2seq.serve.keys import KeyStore, KeyTable
 from seq2seq.serve.metrics import ServerMetrics
 
@@ -81,6 +84,7 @@ def main() -> None:
         served = Access(KeyTable(db), require_key=False, req_limit=0)
         every = Access(KeyTable(db, max_age_s=0), require_key=False, req_limit=0)
         metrics = ServerMetrics(queued=lambda: 0)
+        window = MovingWindow()
 
         def counted(i: int) -> None:
             metrics.key_request(keys[i % 8])
@@ -95,7 +99,17 @@ def main() -> None:
                 keys[i % 8], "127.0.0.1"
             ),
             "metrics of one request": counted,
+            "rate limit: MovingWindow.hit": lambda i: window.hit(f"key:{keys[i % 8]}", 10**9),
         }
+        try:
+            from limits import RateLimitItemPerMinute
+            from limits.storage import MemoryStorage
+            from limits.strategies import MovingWindowRateLimiter
+
+            limiter, item = MovingWindowRateLimiter(MemoryStorage()), RateLimitItemPerMinute(10**9)
+            parts["rate limit: limits MemoryStorage"] = lambda i: limiter.hit(item, keys[i % 8])
+        except ImportError:
+            pass
         rows = []
         for beside in ("alone", "busy thread"):
             for name, fn in parts.items():

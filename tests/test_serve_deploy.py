@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from seq2seq.core.errors import UserError
 from seq2seq.decode.translator import Translator
+from seq2seq.serve.access import MovingWindow
 from seq2seq.serve.app import create_app
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.files import FileStore
@@ -456,3 +457,46 @@ def test_an_ensemble_is_served(model_dir, tmp_path, reference):
     (m,) = models["models"]
     assert m["members"] == [str(model_dir.resolve()), str(second.resolve())]
     assert m["id"] == f"{model_dir.name}+{second.name}"
+
+
+# ---- the moving window -------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_moving_window_admits_n_a_minute_and_says_when_the_next_one_may_come():
+    clock = Clock()
+    window = MovingWindow(clock=clock)
+    admitted = []
+    for t in (0, 10, 20):
+        clock.now = 1000.0 + t
+        admitted.append(window.hit("a", 3))
+    assert admitted == [None, None, None]
+    clock.now = 1030.0
+    assert window.hit("a", 3) == pytest.approx(30.0)  # the first admission leaves at 1060
+    assert window.hit("b", 3) is None  # another client has its own count
+    clock.now = 1060.0  # exactly a minute after the first: it no longer counts
+    assert window.hit("a", 3) is None
+    assert window.hit("a", 3) == pytest.approx(10.0)  # refusals are not counted: 1010 leaves next
+    # a lowered limit counts the admissions already in the window
+    assert window.hit("a", 1) == pytest.approx(60.0)  # all three must leave: 1060 last
+
+
+def test_the_moving_window_forgets_clients_gone_for_a_minute(monkeypatch):
+    import seq2seq.serve.access as access
+
+    monkeypatch.setattr(access, "SWEEP_EVERY", 5)
+    clock = Clock()
+    window = MovingWindow(clock=clock)
+    for i in range(4):
+        window.hit(f"old{i}", 10)
+    clock.now += 61
+    assert len(window) == 4
+    window.hit("new", 10)  # the fifth admission sweeps: the four old clients are gone
+    assert len(window) == 1

@@ -10,27 +10,35 @@ shapes.
 
 Limits count per key (the key's own ``req_limit``, or the server's ``--req-limit``), so another
 key from the same address keeps working; requests without a key count per client address
-against ``--req-limit`` (no limit when it is unset). The counting is the ``limits`` library's
-moving window in memory (one process serves, so memory is the right store): a request is let
-through when fewer than N were let through in the 60 seconds before it.
+against ``--req-limit`` (no limit when it is unset). The count is a moving window in memory (one
+process serves, so memory is the right store): a request is let through when fewer than N were
+let through in the 60 seconds before it.
+
+The window is :class:`MovingWindow`, not the ``limits`` library's ``MemoryStorage``: that
+storage starts a timer thread from the request path whenever its last one has ended (every 10
+ms under load), and ``Thread.start`` waits for the new thread to run, which on a busy server
+hands the GIL to a batch thread and back, milliseconds each time (benchmarks/serve_overhead.py
+and docs/benchmarks.md measure both). A window costs no thread: each client's deque of admission times is trimmed when the client comes back,
+and clients not seen for a minute are dropped every :data:`SWEEP_EVERY` admissions.
 """
 
 from __future__ import annotations
 
+import collections
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
-
-from limits import RateLimitItemPerMinute
-from limits.storage import MemoryStorage
-from limits.strategies import MovingWindowRateLimiter
 
 from seq2seq.serve.bodies import RequestError
 
 if TYPE_CHECKING:
     from seq2seq.serve.keys import KeyTable
 
-__all__ = ["Access", "Client"]
+__all__ = ["Access", "Client", "MovingWindow", "SWEEP_EVERY"]
+
+SWEEP_EVERY = 10_000
+"""Admissions between two sweeps of the clients not seen for a window."""
 
 
 class Client:
@@ -41,6 +49,48 @@ class Client:
     def __init__(self, key: str | None, address: str) -> None:
         self.key = key
         self.address = address
+
+
+class MovingWindow:
+    """Per-client moving-window counts: at most N admissions in any ``window_s`` seconds.
+
+    Args:
+        window_s: the window (60: LibreTranslate's "N per 1 minute").
+        clock: seconds, monotonic (tests pass their own).
+    """
+
+    def __init__(self, window_s: float = 60.0, clock: Callable[[], float] = time.monotonic):
+        self.window_s = window_s
+        self._clock = clock
+        self._times: dict[str, collections.deque[float]] = {}
+        self._since_sweep = 0
+
+    def hit(self, who: str, limit: int) -> float | None:
+        """Admit one request of ``who`` if fewer than ``limit`` were admitted in the window
+        before now: None; else the seconds until one would be (nothing is counted)."""
+        now = self._clock()
+        times = self._times.get(who)
+        if times is None:
+            times = self._times[who] = collections.deque()
+        cutoff = now - self.window_s
+        while times and times[0] <= cutoff:
+            times.popleft()
+        if len(times) >= limit:  # (a lowered limit leaves more than limit times)
+            return times[len(times) - limit] + self.window_s - now
+        times.append(now)
+        self._since_sweep += 1
+        if self._since_sweep >= SWEEP_EVERY:
+            self._sweep(cutoff)
+        return None
+
+    def _sweep(self, cutoff: float) -> None:
+        self._since_sweep = 0
+        for who in [w for w, t in self._times.items() if not t or t[-1] <= cutoff]:
+            del self._times[who]
+
+    def __len__(self) -> int:
+        """Clients with a count (for tests)."""
+        return len(self._times)
 
 
 class Access:
@@ -58,8 +108,7 @@ class Access:
         self.keys = keys
         self.require_key = require_key
         self.req_limit = req_limit
-        self._limiter = MovingWindowRateLimiter(MemoryStorage())
-        self._items: dict[int, RateLimitItemPerMinute] = {}
+        self._window = MovingWindow()
 
     def admit(self, key: str | None, address: str) -> Client:
         """The client a request is, once its key is known and its limit not reached.
@@ -87,15 +136,10 @@ class Access:
                 403, "Please contact the server operator to get an API key (send it as api_key)"
             )
         if limit > 0:
-            item = self._items.get(limit)
-            if item is None:
-                item = self._items[limit] = RateLimitItemPerMinute(limit)
             who = f"key:{key}" if key is not None else f"addr:{address}"
-            if not self._limiter.hit(item, who):
-                reset = self._limiter.get_window_stats(item, who).reset_time
+            wait = self._window.hit(who, limit)
+            if wait is not None:
                 raise RequestError(
-                    429,
-                    f"Slowdown: {limit} per 1 minute",
-                    retry_after=max(1, math.ceil(reset - time.time())),
+                    429, f"Slowdown: {limit} per 1 minute", retry_after=max(1, math.ceil(wait))
                 )
         return Client(key, address)
