@@ -248,7 +248,8 @@ class TranslationService:
         queued = self.batcher.stats.queued_sentences
         if bound and queued and queued + n_sentences > bound:
             s = self.batcher.stats
-            pace = s.sentences / s.busy_seconds if s.busy_seconds > 0 else 0.0
+            # busy_seconds sums the lanes, which translate at the same time
+            pace = self.batcher.lanes * s.sentences / s.busy_seconds if s.busy_seconds > 0 else 0.0
             wait = max(1, math.ceil(queued / pace)) if pace > 0 else 1
             raise RequestError(
                 503,
