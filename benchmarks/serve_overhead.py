@@ -88,8 +88,7 @@ def main() -> None:
 
         def counted(i: int) -> None:
             metrics.key_request(keys[i % 8])
-            metrics.requests.labels("/translate", "200").inc()
-            metrics.latency.labels("/translate").observe(0.1)
+            metrics.request("/translate", 200, 0.1)
 
         parts = {
             "key check, as served (file checked <= 1/s)": lambda i: served.admit(

@@ -18,8 +18,9 @@ The window is :class:`MovingWindow`, not the ``limits`` library's ``MemoryStorag
 storage starts a timer thread from the request path whenever its last one has ended (every 10
 ms under load), and ``Thread.start`` waits for the new thread to run, which on a busy server
 hands the GIL to a batch thread and back, milliseconds each time (benchmarks/serve_overhead.py
-and docs/benchmarks.md measure both). A window costs no thread: each client's deque of admission times is trimmed when the client comes back,
-and clients not seen for a minute are dropped every :data:`SWEEP_EVERY` admissions.
+and docs/benchmarks.md measure both). A window costs no thread: each client's deque of
+admission times is trimmed when the client comes back, and clients not seen for a minute are
+dropped every :data:`SWEEP_EVERY` admissions.
 """
 
 from __future__ import annotations

@@ -404,13 +404,12 @@ class Batcher(Generic[Options, Result]):
                     self._stream_options = oldest.options
                     await self._stream_step()
                     continue
-            if self.lanes == 1:
-                batch = self._take(oldest.options, oldest.job)
-                if batch:
-                    await self._run_batch(batch)
-                continue
             batch = self._take(oldest.options, oldest.job, budget=self._share(oldest.options))
-            if batch:
+            if not batch:
+                continue
+            if self.lanes == 1:
+                await self._run_batch(batch)
+            else:
                 task = loop.create_task(self._run_batch(batch))
                 self._running.add(task)
                 task.add_done_callback(self._lane_done)

@@ -93,6 +93,12 @@ class ServerMetrics:
             label = self._key_labels[key] = key_label(key)
         self.key_requests.labels(label).inc()
 
+    def request(self, route: str, status: int, seconds: float) -> None:
+        """Count one HTTP request to ``route`` (its template) answered ``status`` after
+        ``seconds``."""
+        self.requests.labels(route, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
     def render(self) -> bytes:
         """The registry in Prometheus' text format."""
         return generate_latest(self.registry)
@@ -129,5 +135,4 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             name = getattr(route, "path", None) or "other"
-            self.metrics.requests.labels(name, str(status)).inc()
-            self.metrics.latency.labels(name).observe(time.perf_counter() - started)
+            self.metrics.request(name, status, time.perf_counter() - started)
