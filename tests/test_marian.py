@@ -253,6 +253,45 @@ def test_round_trip_export_hf_gives_the_same_translations(marian, tmp_path):
     assert _hf_translate(out, test_src, 4) == _hf_translate(hf_dir, test_src, 4)
 
 
+def _sharded(hf_dir: Path, out: Path, *, safe: bool) -> Path:
+    """``hf_dir`` saved again by transformers in shards of about 100 kB, with an index
+    (safetensors, or ``torch.save`` pickles named as transformers 4 named them)."""
+    import shutil
+
+    from safetensors.torch import load_file
+
+    model, _ = _hf(hf_dir)
+    model.save_pretrained(out, max_shard_size="100KB")
+    if not safe:  # transformers 5 writes safetensors only: the same shards as pickles
+        index = json.loads((out / "model.safetensors.index.json").read_text())
+        renamed = {}
+        for shard in sorted(set(index["weight_map"].values())):
+            name = shard.replace("model", "pytorch_model").replace(".safetensors", ".bin")
+            torch.save(load_file(out / shard), out / name)
+            (out / shard).unlink()
+            renamed[shard] = name
+        index["weight_map"] = {k: renamed[v] for k, v in index["weight_map"].items()}
+        (out / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+        (out / "model.safetensors.index.json").unlink()
+    for name in ("source.spm", "target.spm", "vocab.json", "tokenizer_config.json"):
+        shutil.copyfile(hf_dir / name, out / name)
+    return out
+
+
+@pytest.mark.parametrize("safe", [True, False], ids=["safetensors", "bin"])
+def test_sharded_weights_convert_to_the_same_model(marian, tmp_path, safe):
+    from safetensors.torch import load_file
+
+    hf_dir, model_dir = marian[:2]
+    sharded = _sharded(hf_dir, tmp_path / "sharded", safe=safe)
+    index = "model.safetensors.index.json" if safe else "pytorch_model.bin.index.json"
+    assert (sharded / index).is_file() and len(list(sharded.glob("*-of-*"))) > 2
+    _run("convert", "marian", str(sharded), "--out", str(tmp_path / "out"))
+    want, have = (load_file(d / "model.safetensors") for d in (model_dir, tmp_path / "out"))
+    assert want.keys() == have.keys()
+    assert all(torch.equal(want[k], have[k]) for k in want)
+
+
 def _break(hf_dir: Path, tmp: Path, how: str) -> Path:
     import shutil
 
@@ -265,6 +304,10 @@ def _break(hf_dir: Path, tmp: Path, how: str) -> Path:
         (bad / "config.json").write_text(json.dumps({**cfg, "model_type": "bart"}))
     elif how in ("source.spm", "target.spm", "vocab.json"):
         (bad / how).unlink()
+    elif how == "shard":
+        shutil.rmtree(bad)
+        _sharded(hf_dir, bad, safe=True)
+        next(bad.glob("model-00002-of-*.safetensors")).unlink()
     elif how == "shapes":
         cfg = json.loads((bad / "config.json").read_text())
         (bad / "config.json").write_text(
@@ -282,6 +325,7 @@ def _break(hf_dir: Path, tmp: Path, how: str) -> Path:
         ("target.spm", "target.spm not found"),
         ("vocab.json", "vocab.json not found"),
         ("shapes", "fc1.weight has shape [96, 64], but config.json says [80, 64]"),
+        ("shard", "not found: model.safetensors.index.json lists it"),
     ],
 )
 def test_bad_folder_fails_in_one_line_and_writes_nothing(marian, tmp_path, capfd, how, words):
@@ -382,13 +426,18 @@ def test_vocab_map_tokenizer_follows_marian_tokenizer(marian):
     hf_dir, model_dir, test_src, test_tgt = marian
     from seq2seq.model import load_model_dir
 
+    from seq2seq.model.marian import our_order
+
     ours = load_model_dir(model_dir).tokenizer
     theirs = MarianTokenizer.from_pretrained(hf_dir)
     vocab = json.loads((hf_dir / "vocab.json").read_text())
+    to_marian = our_order(len(vocab), pad=vocab["<pad>"], unk=1, eos=0)  # our id -> Marian's
     text = test_src[:5] + ["unknown ☃ glyphs Ω", ">>de<< A dog."]
-    for mine, row in zip(ours.encode_src(text), theirs(text)["input_ids"]):
-        pieces = ours.tgt_pieces(mine)
-        assert [vocab.get(p, 1) for p in pieces] + [0] == row
+    # special tokens written as text are split out, and each stretch is encoded on its own
+    text += ["A dog </s> runs.", "A <unk> dog <pad>.", "a</s>b", "</s> </s>", "<pad>"]
+    text += ["x </s>>>de<< y", "<s> A dog", "A dog.</s>", "A >>de<< dog"]
+    for t, mine, row in zip(text, ours.encode_src(text), theirs(text)["input_ids"]):
+        assert [to_marian[i] for i in mine] + [0] == row, t
     ids = theirs(text_target=test_tgt[:5])["input_ids"]
     assert ours.decode_tgt(ours.encode_tgt(test_tgt[:5])) == theirs.batch_decode(
         ids, skip_special_tokens=True

@@ -412,6 +412,9 @@ class Tokenizer:
                 vocab=directory / VOCAB_FILE,
                 specials=SPECIAL_PIECES,
                 unk_id=UNK_ID,
+                # Marian's special tokens written as text; its <pad> is the decoder's start,
+                # which is our <s> row (seq2seq.model.marian), and our <pad> id is masked
+                literals={"</s>": EOS_ID, "<unk>": UNK_ID, "<pad>": BOS_ID},
                 encode=_encode,
             )
         has_joint = (directory / JOINT_MODEL).is_file()

@@ -12,6 +12,9 @@ passes in), and every other module works unchanged. It follows ``MarianTokenizer
 
 - a piece missing from ``vocab.json`` is ``<unk>``;
 - a leading language code ``>>xx<<`` (multilingual targets) is one piece of its own;
+- the special tokens written as text (``</s>``, ``<unk>``, ``<pad>``) are split out of the
+  sentence and become their ids, and each stretch between them is encoded on its own (with
+  its own language-code check), as the slow tokenizers of transformers split on special tokens;
 - decoding drops the special tokens, joins the pieces with the SentencePiece model the
   Marian tokenizer decodes with (the source one: the vocabulary is shared) and turns each
   remaining word-boundary mark into a space.
@@ -22,6 +25,7 @@ EOS is appended by the collate function, as for every model.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -97,6 +101,7 @@ class VocabMapTokenizer:
         vocab: str | Path,
         specials: dict[int, str],
         unk_id: int,
+        literals: dict[str, int],
         encode: Callable[[spm.SentencePieceProcessor, str, type], list],
     ) -> None:
         """Load the two SentencePiece models and the map.
@@ -107,6 +112,7 @@ class VocabMapTokenizer:
             vocab: the ``vocab.json`` piece -> id map.
             specials: the special ids and the piece each must carry in the map.
             unk_id: the id of a piece missing from the map.
+            literals: the special tokens written as text and the id each becomes.
             encode: the checked ``sp.encode(text, out_type)`` of the tokenizer module.
 
         Raises:
@@ -122,6 +128,8 @@ class VocabMapTokenizer:
         self._tgt = _load_spm(tgt_model)
         self._ids = read_vocab_map(vocab)
         self._unk = unk_id
+        self._literals = dict(literals)
+        self._split = re.compile("(" + "|".join(map(re.escape, literals)) + ")")
         self._specials = frozenset(specials)
         self._encode_text = encode
         self._pieces = [""] * len(self._ids)
@@ -146,13 +154,25 @@ class VocabMapTokenizer:
         """Every piece, in id order (an export's vocabulary)."""
         return list(self._pieces)
 
-    def _encode(self, sp: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[list[int]]:
-        out = []
-        for text in texts:
-            code, rest = _language_code(text)
-            pieces = code + self._encode_text(sp, rest, str)
-            out.append([self._ids.get(p, self._unk) for p in pieces])
+    def _pieces_of(self, sp: spm.SentencePieceProcessor, text: str) -> list[str | int]:
+        """The pieces of ``text``, with each literal special token as its id."""
+        out: list[str | int] = []
+        for i, chunk in enumerate(self._split.split(text)):
+            if i % 2:  # re.split puts each matched literal at an odd index
+                out.append(self._literals[chunk])
+            elif chunk:
+                code, rest = _language_code(chunk)
+                out += code + self._encode_text(sp, rest, str)
         return out
+
+    def _encode(self, sp: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[list[int]]:
+        return [
+            [
+                p if isinstance(p, int) else self._ids.get(p, self._unk)
+                for p in self._pieces_of(sp, t)
+            ]
+            for t in texts
+        ]
 
     def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
         """Source sentences -> ids (no EOS): source pieces looked up in the map."""
@@ -181,8 +201,9 @@ class VocabMapTokenizer:
 
     def src_pieces(self, text: str) -> list[str]:
         """The source pieces of one sentence (plot labels)."""
-        code, rest = _language_code(text)
-        return code + self._encode_text(self._src, rest, str)
+        return [
+            p if isinstance(p, str) else self._pieces[p] for p in self._pieces_of(self._src, text)
+        ]
 
     def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
         """The piece of each id, specials included."""

@@ -1,11 +1,12 @@
 """Convert a Hugging Face MarianMT (OPUS-MT) folder into a model directory.
 
 ``seq2seq convert marian HF_DIR --out MODEL_DIR``. The folder is what transformers'
-``save_pretrained`` writes (``config.json``, ``model.safetensors`` or ``pytorch_model.bin``,
-``source.spm``, ``target.spm``, ``vocab.json``; ``tokenizer_config.json`` and
-``generation_config.json`` are read when present). Nothing is downloaded and transformers is
-not imported: the conversion reads JSON, SentencePiece and safetensors (a ``.bin`` file only
-through ``torch.load(weights_only=True)``, which runs no pickled code).
+``save_pretrained`` writes (``config.json``; ``model.safetensors`` or ``pytorch_model.bin``, or
+their shards and ``.index.json``; ``source.spm``, ``target.spm``, ``vocab.json``;
+``tokenizer_config.json`` and ``generation_config.json`` are read when present). Nothing is
+downloaded and transformers is not imported: the conversion reads JSON, SentencePiece and
+safetensors (a ``.bin`` file only through ``torch.load(weights_only=True)``, which runs no
+pickled code).
 
 The result is an ordinary model directory (:mod:`seq2seq.model.directory`) whose tokenizer is
 a :class:`~seq2seq.data.vocab_map.VocabMapTokenizer`; the name, shape and vocabulary mapping
@@ -102,27 +103,62 @@ def read_marian_config(hf_dir: str | Path) -> dict:
     return cfg
 
 
-def _read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
-    """The folder's tensors, read without running pickled code."""
-    safetensors, pickled = hf_dir / _SAFETENSORS, hf_dir / _PICKLE
-    if safetensors.is_file():
+def _read_shard(path: Path) -> dict[str, torch.Tensor]:
+    """One weights file's tensors: safetensors, or a ``.bin`` read with ``weights_only``."""
+    if path.suffix == ".safetensors":
         from safetensors import SafetensorError
         from safetensors.torch import load_file
 
         try:
-            return load_file(str(safetensors)), safetensors
+            return load_file(str(path))
         except (SafetensorError, OSError, ValueError) as e:
-            raise UserError(f"{safetensors} is not a safetensors file ({e})") from None
-    if pickled.is_file():
-        try:
-            tensors = torch.load(str(pickled), map_location="cpu", weights_only=True)
-        except Exception as e:  # noqa: BLE001 (an unpickling error of any kind is the same)
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise UserError(f"{pickled} cannot be read safely ({first})") from None
-        if not isinstance(tensors, dict):
-            raise UserError(f"{pickled} does not hold a state dict")
-        return tensors, pickled
-    raise UserError(f"no weights in {hf_dir} (expected {_SAFETENSORS} or {_PICKLE})")
+            raise UserError(f"{path} is not a safetensors file ({e})") from None
+    try:
+        tensors = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 (an unpickling error of any kind is the same)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise UserError(f"{path} cannot be read safely ({first})") from None
+    if not isinstance(tensors, dict):
+        raise UserError(f"{path} does not hold a state dict")
+    return tensors
+
+
+def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
+    """The tensors of a sharded checkpoint: ``index``'s ``weight_map`` names each one's file."""
+    weight_map = _read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise UserError(f"{index} has no weight_map")
+    files = sorted(set(weight_map.values()), key=str)
+    for name in files:
+        if not isinstance(name, str) or Path(name).name != name:
+            raise UserError(f"{index}: shard {name!r} is not a file name in {index.parent}")
+        if not (index.parent / name).is_file():
+            raise UserError(f"{index.parent / name} not found: {index.name} lists it")
+    tensors: dict[str, torch.Tensor] = {}
+    for name in files:
+        shard = _read_shard(index.parent / name)
+        for key, file in weight_map.items():
+            if file == name:
+                if key not in shard:
+                    raise UserError(f"{index.parent / name}: weight {key} is missing")
+                tensors[key] = shard[key]
+    return tensors
+
+
+def _read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
+    """The folder's tensors, read without running pickled code: one file, or shards that an
+    ``.index.json`` lists (``save_pretrained(max_shard_size=...)``); safetensors first."""
+    for name in (_SAFETENSORS, _PICKLE):
+        path = hf_dir / name
+        if path.is_file():
+            return _read_shard(path), path
+        index = hf_dir / f"{name}.index.json"
+        if index.is_file():
+            return _read_sharded(index), index
+    raise UserError(
+        f"no weights in {hf_dir} (expected {_SAFETENSORS}, {_PICKLE} or a sharded "
+        f"{_SAFETENSORS}.index.json)"
+    )
 
 
 def _check_shapes(tensors: dict[str, torch.Tensor], expected: dict, weights: Path) -> None:
