@@ -52,12 +52,12 @@ def _train_spm(lines: list[str], prefix: Path, vocab_size: int) -> Path:
     return model
 
 
-def _marian_vocab(src_spm: Path, tgt_spm: Path) -> dict[str, int]:
-    """Marian's convention: </s> 0, <unk> 1, the pieces of both models, <pad> last."""
+def _marian_vocab(*models: Path) -> dict[str, int]:
+    """Marian's convention: </s> 0, <unk> 1, the pieces of the models, <pad> last."""
     import sentencepiece as spm
 
     vocab = {"</s>": 0, "<unk>": 1}
-    for path in (src_spm, tgt_spm):
+    for path in models:
         sp = spm.SentencePieceProcessor(model_file=str(path))
         for i in range(sp.get_piece_size()):
             piece = sp.id_to_piece(i)
@@ -81,22 +81,26 @@ def _run(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     return result
 
 
-@pytest.fixture(scope="session")
-def marian(tmp_path_factory, mirror):
-    """(hf_dir, model_dir, test sources, test targets): a trained small Marian, converted."""
+def _build_marian(root: Path, mirror: Path, *, separate: bool):
+    """(hf_dir, model_dir, test sources, test targets): a small Marian trained on Multi30K
+    lines, saved with ``save_pretrained`` and converted. ``separate``: separate vocabularies
+    (``vocab.json`` and ``target_vocab.json``, of different sizes) and embeddings, and an
+    output projection not tied to the target embedding."""
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
-    root = tmp_path_factory.mktemp("marian")
     src = _lines(mirror, "train", "en", N_TRAIN)
     tgt = _lines(mirror, "train", "de", N_TRAIN)
     work = root / "spm"
     work.mkdir()
     src_spm = _train_spm(src, work / "src", 800)
-    tgt_spm = _train_spm(tgt, work / "tgt", 800)
-    vocab = _marian_vocab(src_spm, tgt_spm)
+    tgt_spm = _train_spm(tgt, work / "tgt", 600 if separate else 800)
     hf_dir = root / "hf"
     hf_dir.mkdir()
-    (hf_dir / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    vocabs = {"vocab.json": _marian_vocab(src_spm, tgt_spm)}
+    if separate:
+        vocabs = {"vocab.json": _marian_vocab(src_spm), "target_vocab.json": _marian_vocab(tgt_spm)}
+    for name, vocab in vocabs.items():
+        (hf_dir / name).write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     (hf_dir / "source.spm").write_bytes(src_spm.read_bytes())
     (hf_dir / "target.spm").write_bytes(tgt_spm.read_bytes())
     tok = MarianTokenizer(
@@ -105,11 +109,19 @@ def marian(tmp_path_factory, mirror):
         target_spm=str(hf_dir / "target.spm"),
         source_lang="en",
         target_lang="de",
+        **(
+            {"separate_vocabs": True, "target_vocab_file": str(hf_dir / "target_vocab.json")}
+            if separate
+            else {}
+        ),
     )
-    pad = vocab["<pad>"]
+    tgt_vocab = vocabs.get("target_vocab.json", vocabs["vocab.json"])
+    pad = tgt_vocab["<pad>"]  # the decoder's start
     config = MarianConfig(
-        vocab_size=len(vocab),
-        decoder_vocab_size=len(vocab),
+        vocab_size=len(vocabs["vocab.json"]),
+        decoder_vocab_size=len(tgt_vocab),
+        share_encoder_decoder_embeddings=not separate,
+        tie_word_embeddings=not separate,
         d_model=64,
         encoder_layers=2,
         decoder_layers=2,
@@ -132,16 +144,17 @@ def marian(tmp_path_factory, mirror):
     model.train()
     # Tokenized once; each step takes 24 rows and trims the padding columns.
     data = tok(src, text_target=tgt, padding=True, return_tensors="pt")
+    label_pad = tok.pad_token_id  # what the tokenizer pads the labels with
     g = torch.Generator().manual_seed(0)
     for _ in range(STEPS):
         idx = torch.randint(0, N_TRAIN, (24,), generator=g)
         ids, mask, labels = (data[k][idx] for k in ("input_ids", "attention_mask", "labels"))
-        s_len, t_len = int(mask.sum(1).max()), int(labels.ne(pad).sum(1).max())
+        s_len, t_len = int(mask.sum(1).max()), int(labels.ne(label_pad).sum(1).max())
         labels = labels[:, :t_len]
         loss = model(
             input_ids=ids[:, :s_len],
             attention_mask=mask[:, :s_len],
-            labels=labels.masked_fill(labels.eq(pad), -100),
+            labels=labels.masked_fill(labels.eq(label_pad), -100),
         ).loss
         optimizer.zero_grad()
         loss.backward()
@@ -157,6 +170,21 @@ def marian(tmp_path_factory, mirror):
     model_dir = root / "converted"
     _run("convert", "marian", str(hf_dir), "--out", str(model_dir))
     return hf_dir, model_dir, src[:N_TEST], tgt[:N_TEST]
+
+
+@pytest.fixture(scope="session")
+def marian(tmp_path_factory, mirror):
+    """A trained small Marian with one shared vocabulary and embedding, converted."""
+    return _build_marian(tmp_path_factory.mktemp("marian"), mirror, separate=False)
+
+
+@pytest.fixture(scope="session")
+def marian_separate(tmp_path_factory, mirror):
+    """A trained small Marian with separate vocabularies and embeddings, converted."""
+    return _build_marian(tmp_path_factory.mktemp("marian_separate"), mirror, separate=True)
+
+
+BOTH = pytest.mark.parametrize("which", ["marian", "marian_separate"])
 
 
 def _hf(hf_dir: Path):
@@ -177,7 +205,13 @@ def _hf_translate(hf_dir: Path, sentences: list[str], beams: int) -> list[str]:
             length_penalty=1.0,
             max_new_tokens=MAX_NEW,
         )
-    return tok.batch_decode(out, skip_special_tokens=True)
+    # The decoder's <pad> (its start, and the filler after </s>) is dropped before decoding:
+    # with separate vocabularies of different sizes MarianTokenizer's skip_special_tokens knows
+    # only the source's <pad> id, and would print the target's as "<pad>".
+    pad = model.config.pad_token_id
+    return tok.batch_decode(
+        [[t for t in row if t != pad] for row in out.tolist()], skip_special_tokens=True
+    )
 
 
 _TRANSLATORS: dict = {}
@@ -203,8 +237,9 @@ def _main(capfd, *args: str) -> tuple[int, str, str]:
     return status, out, err
 
 
-def test_converted_model_stops_and_differs(marian, tmp_path):
-    hf_dir, model_dir, test_src, _ = marian
+@BOTH
+def test_converted_model_stops_and_differs(which, request):
+    hf_dir, model_dir, test_src, _ = request.getfixturevalue(which)
     hyps = _hf_translate(hf_dir, test_src, 1)
     assert len(set(hyps)) > N_TEST // 2  # a trained model: outputs differ
     model, tok = _hf(hf_dir)
@@ -213,18 +248,19 @@ def test_converted_model_stops_and_differs(marian, tmp_path):
     assert out.size(1) < MAX_NEW  # every output ended with </s> before the length limit
 
 
-def test_forced_decoding_log_probs_match_transformers(marian, tmp_path):
-    hf_dir, model_dir, test_src, test_tgt = marian
+@BOTH
+def test_forced_decoding_log_probs_match_transformers(which, request, tmp_path):
+    hf_dir, model_dir, test_src, test_tgt = request.getfixturevalue(which)
     model, tok = _hf(hf_dir)
     batch = tok(test_src, text_target=test_tgt, padding=True, return_tensors="pt")
     labels = batch.pop("labels")
-    pad = model.config.pad_token_id
+    keep = labels.ne(tok.pad_token_id)  # what the tokenizer pads the labels with
+    labels = labels.masked_fill(~keep, -100)  # the decoder's inputs: shifted, -100 -> its pad
     with torch.no_grad():
         logits = model(**batch, labels=labels).logits.float()
-    lp = logits.log_softmax(-1).gather(-1, labels[..., None])[..., 0]
-    keep = labels.ne(pad)
+    lp = logits.log_softmax(-1).gather(-1, labels.clamp(min=0)[..., None])[..., 0]
     expected = (lp * keep).sum(1)
-    assert bool((labels.eq(pad).any(1)).any())  # the batch is padded
+    assert bool((~keep).any())  # the batch is padded
     src, tgt = tmp_path / "src.txt", tmp_path / "tgt.txt"
     src.write_text("\n".join(test_src) + "\n", encoding="utf-8")
     tgt.write_text("\n".join(test_tgt) + "\n", encoding="utf-8")
@@ -237,16 +273,18 @@ def test_forced_decoding_log_probs_match_transformers(marian, tmp_path):
     assert torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
 
 
+@BOTH
 @pytest.mark.parametrize("beams", [1, 4])
-def test_translations_match_transformers_generate(marian, tmp_path, beams):
-    hf_dir, model_dir, test_src, _ = marian
+def test_translations_match_transformers_generate(which, request, beams):
+    hf_dir, model_dir, test_src, _ = request.getfixturevalue(which)
     assert _our_translate(model_dir, test_src, beams=beams) == _hf_translate(
         hf_dir, test_src, beams
     )
 
 
-def test_round_trip_export_hf_gives_the_same_translations(marian, tmp_path):
-    hf_dir, model_dir, test_src, _ = marian
+@BOTH
+def test_round_trip_export_hf_gives_the_same_translations(which, request, tmp_path):
+    hf_dir, model_dir, test_src, _ = request.getfixturevalue(which)
     out = tmp_path / "hf_again"
     _run("export", str(model_dir), "--format", "hf", "--out", str(out))
     # (transformers 5 has no pipeline("translation") any more: MarianMTModel.generate is the API)
@@ -304,6 +342,9 @@ def _break(hf_dir: Path, tmp: Path, how: str) -> Path:
         (bad / "config.json").write_text(json.dumps({**cfg, "model_type": "bart"}))
     elif how in ("source.spm", "target.spm", "vocab.json"):
         (bad / how).unlink()
+    elif how == "separate_vocabs":
+        tok = json.loads((bad / "tokenizer_config.json").read_text())
+        (bad / "tokenizer_config.json").write_text(json.dumps({**tok, "separate_vocabs": True}))
     elif how == "shard":
         shutil.rmtree(bad)
         _sharded(hf_dir, bad, safe=True)
@@ -326,6 +367,7 @@ def _break(hf_dir: Path, tmp: Path, how: str) -> Path:
         ("vocab.json", "vocab.json not found"),
         ("shapes", "fc1.weight has shape [96, 64], but config.json says [80, 64]"),
         ("shard", "not found: model.safetensors.index.json lists it"),
+        ("separate_vocabs", "target_vocab.json not found: "),
     ],
 )
 def test_bad_folder_fails_in_one_line_and_writes_nothing(marian, tmp_path, capfd, how, words):
@@ -420,12 +462,12 @@ def test_new_model_keys_round_trip_through_yaml(tmp_path):
     assert load_config(path).model == cfg.model
 
 
-def test_vocab_map_tokenizer_follows_marian_tokenizer(marian):
+@BOTH
+def test_vocab_map_tokenizer_follows_marian_tokenizer(which, request):
     from transformers import MarianTokenizer
 
-    hf_dir, model_dir, test_src, test_tgt = marian
+    hf_dir, model_dir, test_src, test_tgt = request.getfixturevalue(which)
     from seq2seq.model import load_model_dir
-
     from seq2seq.model.marian import our_order
 
     ours = load_model_dir(model_dir).tokenizer
@@ -445,6 +487,20 @@ def test_vocab_map_tokenizer_follows_marian_tokenizer(marian):
 
 
 # ---- everything else works on a converted model -------------------------------------------
+
+
+def test_ctranslate2_export_with_separate_vocabularies(marian_separate, tmp_path):
+    from seq2seq.decode import Translator
+    from seq2seq.export import export_model
+
+    _, model_dir, test_src, _ = marian_separate
+    src = test_src[:8]
+    ct2 = export_model(model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
+    assert not (ct2 / "shared_vocabulary.json").exists()
+    out = Translator.load(ct2, engine="ctranslate2").translate(
+        src, method="greedy", max_len_a=0.0, max_len_b=MAX_NEW
+    )
+    assert out == _our_translate(model_dir, src, beams=1)
 
 
 @pytest.mark.slow
@@ -475,8 +531,9 @@ def test_ctranslate2_int8_ensemble_and_constraint(marian, tmp_path):
 
 
 @pytest.mark.slow
-def test_fine_tune_from_converted_model_keeps_the_vocabulary(marian, tmp_path, mirror):
-    hf_dir, model_dir, _, _ = marian
+@BOTH
+def test_fine_tune_from_converted_model_keeps_the_vocabulary(which, request, tmp_path, mirror):
+    hf_dir, model_dir, _, _ = request.getfixturevalue(which)
     data = tmp_path / "data"
     data.mkdir()
     for split, n in (("train", 60), ("val", 8)):
@@ -505,11 +562,15 @@ def test_fine_tune_from_converted_model_keeps_the_vocabulary(marian, tmp_path, m
         "training.average_last=1",
         "training.val_method=greedy",
     )
-    assert (run / "vocab.json").read_bytes() == (model_dir / "vocab.json").read_bytes()
+    names = ["vocab.json"] + (["target_vocab.json"] if which == "marian_separate" else [])
+    for name in names:
+        assert (run / name).read_bytes() == (model_dir / name).read_bytes()
     from seq2seq.model import load_model_dir
 
     a, b = load_model_dir(model_dir), load_model_dir(run)
-    assert a.tokenizer.pieces() == b.tokenizer.pieces()
+    for side in ("src", "tgt"):
+        assert a.tokenizer.pieces(side) == b.tokenizer.pieces(side)
+    assert (a.tokenizer.src_vocab_size == a.tokenizer.tgt_vocab_size) == (which == "marian")
     assert torch.equal(a.model.final_logits_bias, b.model.final_logits_bias)  # a fixed buffer
     assert not torch.equal(a.model.encoder.embedding.weight, b.model.encoder.embedding.weight)
 

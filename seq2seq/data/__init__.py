@@ -16,6 +16,7 @@ _HOMES = {
     "SPECIAL_PIECES": "tokenizer",
     "SRC_MODEL": "tokenizer",
     "TGT_MODEL": "tokenizer",
+    "TARGET_VOCAB_FILE": "vocab_map",
     "VOCAB_FILE": "vocab_map",
     "VocabMapTokenizer": "vocab_map",
     "Detection": "language_id",

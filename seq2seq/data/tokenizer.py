@@ -21,7 +21,12 @@ from pathlib import Path
 import sentencepiece as spm
 
 from seq2seq.core import UserError, atomic_open, sha256_file, sha256_files
-from seq2seq.data.vocab_map import VOCAB_FILE, VocabMapTokenizer, adopt_vocab_map
+from seq2seq.data.vocab_map import (
+    TARGET_VOCAB_FILE,
+    VOCAB_FILE,
+    VocabMapTokenizer,
+    adopt_vocab_map,
+)
 
 __all__ = [
     "BOS_ID",
@@ -303,7 +308,9 @@ def ensure_tokenizer(
     """
     out_dir = Path(out_dir)
     if spm_model is not None and (Path(spm_model) / VOCAB_FILE).is_file():  # a converted model
-        adopt_vocab_map(out_dir, spm_model, [SRC_MODEL, TGT_MODEL, VOCAB_FILE])
+        names = [SRC_MODEL, TGT_MODEL, VOCAB_FILE]
+        names += [TARGET_VOCAB_FILE] if (Path(spm_model) / TARGET_VOCAB_FILE).is_file() else []
+        adopt_vocab_map(out_dir, spm_model, names)
         return Tokenizer.load(out_dir, joint=False)
     joint = options.get("joint", True)
     existing = model_files(out_dir, joint=joint)
@@ -410,6 +417,7 @@ class Tokenizer:
                 src_model=directory / SRC_MODEL,
                 tgt_model=directory / TGT_MODEL,
                 vocab=directory / VOCAB_FILE,
+                tgt_vocab=target if (target := directory / TARGET_VOCAB_FILE).is_file() else None,
                 specials=SPECIAL_PIECES,
                 unk_id=UNK_ID,
                 # Marian's special tokens written as text; its <pad> is the decoder's start,

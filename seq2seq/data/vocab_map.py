@@ -1,10 +1,12 @@
 """A tokenizer whose ids come from a piece -> id map (``vocab.json``), not from SentencePiece.
 
 OPUS-MT (Marian) models tokenize the source with one SentencePiece model and the target with
-another, and map both sides' pieces to ids through one shared ``vocab.json``; the SentencePiece
+another, and map both sides' pieces to ids through one shared ``vocab.json`` (or, in models
+with separate vocabularies, the target's through ``target_vocab.json``); the SentencePiece
 models' own ids are not used. A model directory converted from such a model
-(:mod:`seq2seq.model.convert`) holds ``spm.src.model``, ``spm.tgt.model`` and ``vocab.json``,
-and :meth:`seq2seq.data.tokenizer.Tokenizer.load` returns a :class:`VocabMapTokenizer` for it.
+(:mod:`seq2seq.model.convert`) holds ``spm.src.model``, ``spm.tgt.model``, ``vocab.json`` and
+perhaps ``target_vocab.json``, and :meth:`seq2seq.data.tokenizer.Tokenizer.load` returns a
+:class:`VocabMapTokenizer` for it.
 
 Our ``vocab.json`` maps every piece to *our* id, so the special ids are the toolkit's
 (:data:`seq2seq.data.tokenizer.SPECIAL_PIECES`, which the tokenizer module, their one owner,
@@ -16,8 +18,8 @@ passes in), and every other module works unchanged. It follows ``MarianTokenizer
   sentence and become their ids, and each stretch between them is encoded on its own (with
   its own language-code check), as the slow tokenizers of transformers split on special tokens;
 - decoding drops the special tokens, joins the pieces with the SentencePiece model the
-  Marian tokenizer decodes with (the source one: the vocabulary is shared) and turns each
-  remaining word-boundary mark into a space.
+  Marian tokenizer decodes with (the source one when the vocabulary is shared, the target one
+  when the vocabularies are separate) and turns each remaining word-boundary mark into a space.
 
 EOS is appended by the collate function, as for every model.
 """
@@ -35,6 +37,7 @@ import sentencepiece as spm
 from seq2seq.core import UserError, atomic_open, sha256_file, sha256_files
 
 __all__ = [
+    "TARGET_VOCAB_FILE",
     "VOCAB_FILE",
     "VocabMapTokenizer",
     "adopt_vocab_map",
@@ -42,6 +45,7 @@ __all__ = [
 ]
 
 VOCAB_FILE = "vocab.json"
+TARGET_VOCAB_FILE = "target_vocab.json"  # the target side's map, where the two differ
 _WORD_MARK = "\u2581"  # SentencePiece's word-boundary mark
 
 
@@ -80,15 +84,29 @@ def _language_code(text: str) -> tuple[list[str], str]:
     return [], text
 
 
+def _in_id_order(ids: dict[str, int], specials: dict[int, str], path: Path) -> list[str]:
+    """The pieces of a map in id order, its special ids checked."""
+    pieces = [""] * len(ids)
+    for piece, i in ids.items():
+        pieces[i] = piece
+    for i, piece in specials.items():
+        if i >= len(pieces) or pieces[i] != piece:
+            raise UserError(f"{path}: id {i} must be {piece!r} (seq2seq's special ids)")
+    return pieces
+
+
 class VocabMapTokenizer:
-    """Source and target SentencePiece models with one shared piece -> id map.
+    """Source and target SentencePiece models with a piece -> id map: one shared by both sides,
+    or one for each side (separate vocabularies).
 
     It has the interface of :class:`seq2seq.data.tokenizer.Tokenizer`, which builds it
     (``Tokenizer.load`` of a directory with a ``vocab.json``).
 
     Attributes:
-        files: ``[source model, target model, vocab.json]``.
+        files: ``[source model, target model, vocab.json]``, and ``target_vocab.json`` when
+            the vocabularies are separate.
         joint: False (two SentencePiece models).
+        separate: True when the target side has a map of its own.
     """
 
     joint = False
@@ -99,6 +117,7 @@ class VocabMapTokenizer:
         src_model: str | Path,
         tgt_model: str | Path,
         vocab: str | Path,
+        tgt_vocab: str | Path | None = None,
         specials: dict[int, str],
         unk_id: int,
         literals: dict[str, int],
@@ -109,7 +128,9 @@ class VocabMapTokenizer:
         Args:
             src_model: the source SentencePiece model.
             tgt_model: the target SentencePiece model.
-            vocab: the ``vocab.json`` piece -> id map.
+            vocab: the ``vocab.json`` piece -> id map (the source's, and the target's
+                unless ``tgt_vocab`` is given).
+            tgt_vocab: the target side's map (separate vocabularies), or None.
             specials: the special ids and the piece each must carry in the map.
             unk_id: the id of a piece missing from the map.
             literals: the special tokens written as text and the id each becomes.
@@ -119,40 +140,43 @@ class VocabMapTokenizer:
             UserError: a missing or malformed file, or a map whose special ids carry other
                 pieces.
         """
-        src_model, tgt_model, vocab = Path(src_model), Path(tgt_model), Path(vocab)
-        missing = [str(p) for p in (src_model, tgt_model, vocab) if not p.is_file()]
+        files = [Path(src_model), Path(tgt_model), Path(vocab)]
+        files += [Path(tgt_vocab)] if tgt_vocab is not None else []
+        missing = [str(p) for p in files if not p.is_file()]
         if missing:
             raise UserError(f"tokenizer file not found: {', '.join(missing)}")
-        self.files = [src_model, tgt_model, vocab]
-        self._src = _load_spm(src_model)
-        self._tgt = _load_spm(tgt_model)
-        self._ids = read_vocab_map(vocab)
+        self.files = files
+        self.separate = tgt_vocab is not None
+        self._src = _load_spm(files[0])
+        self._tgt = _load_spm(files[1])
+        self._ids = read_vocab_map(files[2])
+        self._tgt_ids = read_vocab_map(files[3]) if self.separate else self._ids
         self._unk = unk_id
         self._literals = dict(literals)
         self._split = re.compile("(" + "|".join(map(re.escape, literals)) + ")")
         self._specials = frozenset(specials)
         self._encode_text = encode
-        self._pieces = [""] * len(self._ids)
-        for piece, i in self._ids.items():
-            self._pieces[i] = piece
-        for i, piece in specials.items():
-            if i >= len(self._pieces) or self._pieces[i] != piece:
-                raise UserError(f"{vocab}: id {i} must be {piece!r} (seq2seq's special ids)")
+        self._pieces = _in_id_order(self._ids, specials, files[2])
+        self._tgt_pieces = (
+            _in_id_order(self._tgt_ids, specials, files[3]) if self.separate else self._pieces
+        )
+        # MarianTokenizer decodes with the source model when the vocabulary is shared
+        self._decoder = self._tgt if self.separate else self._src
         self._fingerprint: str | None = None
 
     @property
     def src_vocab_size(self) -> int:
-        """Vocabulary size V (specials included; shared by both sides)."""
+        """Source vocabulary size (specials included)."""
         return len(self._pieces)
 
     @property
     def tgt_vocab_size(self) -> int:
-        """Vocabulary size V (the source's)."""
-        return len(self._pieces)
+        """Target vocabulary size (the source's, unless the vocabularies are separate)."""
+        return len(self._tgt_pieces)
 
-    def pieces(self) -> list[str]:
-        """Every piece, in id order (an export's vocabulary)."""
-        return list(self._pieces)
+    def pieces(self, side: str = "src") -> list[str]:
+        """Every piece of one side (``src`` or ``tgt``), in id order (an export's vocabulary)."""
+        return list(self._tgt_pieces if side == "tgt" else self._pieces)
 
     def _pieces_of(self, sp: spm.SentencePieceProcessor, text: str) -> list[str | int]:
         """The pieces of ``text``, with each literal special token as its id."""
@@ -165,39 +189,39 @@ class VocabMapTokenizer:
                 out += code + self._encode_text(sp, rest, str)
         return out
 
-    def _encode(self, sp: spm.SentencePieceProcessor, texts: Sequence[str]) -> list[list[int]]:
+    def _encode(
+        self, sp: spm.SentencePieceProcessor, ids: dict[str, int], texts: Sequence[str]
+    ) -> list[list[int]]:
         return [
-            [
-                p if isinstance(p, int) else self._ids.get(p, self._unk)
-                for p in self._pieces_of(sp, t)
-            ]
+            [p if isinstance(p, int) else ids.get(p, self._unk) for p in self._pieces_of(sp, t)]
             for t in texts
         ]
 
     def encode_src(self, texts: Sequence[str]) -> list[list[int]]:
         """Source sentences -> ids (no EOS): source pieces looked up in the map."""
-        return self._encode(self._src, list(texts))
+        return self._encode(self._src, self._ids, list(texts))
 
     def encode_tgt(self, texts: Sequence[str]) -> list[list[int]]:
         """Target sentences -> ids (no BOS/EOS): target pieces looked up in the map."""
-        return self._encode(self._tgt, list(texts))
+        return self._encode(self._tgt, self._tgt_ids, list(texts))
 
-    def _decode(self, ids: Sequence[Sequence[int]]) -> list[str]:
-        # MarianTokenizer decodes with the source model when the vocabulary is shared, and
-        # skip_special_tokens drops <unk> too.
+    def _decode(
+        self, sp: spm.SentencePieceProcessor, pieces: list[str], ids: Sequence[Sequence[int]]
+    ) -> list[str]:
+        # skip_special_tokens drops <unk> too
         out = []
         for row in ids:
-            pieces = [self._pieces[int(i)] for i in row if int(i) not in self._specials]
-            out.append(self._src.decode_pieces(pieces).replace(_WORD_MARK, " ").strip())
+            kept = [pieces[int(i)] for i in row if int(i) not in self._specials]
+            out.append(sp.decode_pieces(kept).replace(_WORD_MARK, " ").strip())
         return out
 
     def decode_src(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Source ids -> text; special ids anywhere are dropped."""
-        return self._decode(ids)
+        return self._decode(self._src, self._pieces, ids)
 
     def decode_tgt(self, ids: Sequence[Sequence[int]]) -> list[str]:
         """Target ids -> text, as ``MarianTokenizer.decode(ids, skip_special_tokens=True)``."""
-        return self._decode(ids)
+        return self._decode(self._decoder, self._tgt_pieces, ids)
 
     def src_pieces(self, text: str) -> list[str]:
         """The source pieces of one sentence (plot labels)."""
@@ -206,18 +230,18 @@ class VocabMapTokenizer:
         ]
 
     def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
-        """The piece of each id, specials included."""
-        return [self._pieces[int(i)] for i in ids]
+        """The target piece of each id, specials included."""
+        return [self._tgt_pieces[int(i)] for i in ids]
 
     def fingerprint(self) -> str:
-        """sha256 over the three files: two tokenizers encode alike iff this is equal."""
+        """sha256 over the files: two tokenizers encode alike iff this is equal."""
         if self._fingerprint is None:
             self._fingerprint = sha256_files(self.files)
         return self._fingerprint
 
     def __repr__(self) -> str:
         return (
-            f"VocabMapTokenizer(vocab_size={len(self._pieces)}, "
+            f"VocabMapTokenizer(vocab_size={len(self._pieces)}/{len(self._tgt_pieces)}, "
             f"files={[str(p) for p in self.files]})"
         )
 

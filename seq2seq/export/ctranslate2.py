@@ -25,6 +25,7 @@ from seq2seq.export.format import (
     check_out,
     copy_common,
     require,
+    side_pieces,
     side_spm,
     source_info,
     special_ids,
@@ -48,13 +49,6 @@ CT2_SUB_BATCH = 64
 """Sentences per CTranslate2 worker call on CPU.
 
 Used by the CTranslate2 engine (:mod:`seq2seq.decode`) and shown in the export folder's README."""
-
-
-def _pieces(path: Path) -> list[str]:
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=str(path))
-    return [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
 
 
 @torch.no_grad()
@@ -269,10 +263,7 @@ def export_ctranslate2(
 
     model, special = loaded.model, special_ids()
     src_spm, tgt_spm = side_spm(model_dir)
-    if hasattr(loaded.tokenizer, "pieces"):  # a converted model: ids from its vocab.json
-        src_pieces = tgt_pieces = loaded.tokenizer.pieces()
-    else:
-        src_pieces, tgt_pieces = _pieces(src_spm), _pieces(tgt_spm)
+    src_pieces, tgt_pieces = side_pieces(model_dir, loaded.tokenizer)
     spec = ctranslate2_spec(model, src_pieces=src_pieces, tgt_pieces=tgt_pieces, special=special)
     spec.optimize(quantization=None if quantization == "none" else quantization)
     with atomic_dir(out_dir, overwrite=force) as tmp:

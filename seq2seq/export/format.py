@@ -57,7 +57,8 @@ EXPORT_FORMAT = "seq2seq-export"
 EXPORT_VERSION = 1
 EXPORT_FILE = "export.json"
 SPM_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
-VOCAB_FILE = "vocab.json"  # seq2seq.data.VOCAB_FILE; kept here so the format module stays light
+# seq2seq.data's VOCAB_FILE and TARGET_VOCAB_FILE; kept here so the format module stays light
+VOCAB_FILES = ("vocab.json", "target_vocab.json")
 ENCODER_FILE = "encoder.onnx"
 DECODER_FILE = "decoder_step.onnx"
 
@@ -90,8 +91,8 @@ def _spm_files(model_dir: Path) -> list[str]:
     names = [n for n in SPM_FILES if (model_dir / n).is_file()]
     if not names:
         raise ExportError(f"{model_dir} has no SentencePiece model (spm.model)")
-    if (model_dir / VOCAB_FILE).is_file():  # a converted model's piece -> id map
-        names.append(VOCAB_FILE)
+    # a converted model's piece -> id maps
+    names += [n for n in VOCAB_FILES if (model_dir / n).is_file()]
     return names
 
 
@@ -100,6 +101,23 @@ def side_spm(model_dir: Path) -> tuple[Path, Path]:
     if (model_dir / "spm.model").is_file():
         return model_dir / "spm.model", model_dir / "spm.model"
     return model_dir / "spm.src.model", model_dir / "spm.tgt.model"
+
+
+def side_pieces(model_dir: Path, tokenizer) -> tuple[list[str], list[str]]:
+    """(source, target) pieces in id order: an export's vocabularies.
+
+    A converted model's ids come from its ``vocab.json`` (and ``target_vocab.json``); a model
+    trained here numbers the pieces as its SentencePiece models do.
+    """
+    if hasattr(tokenizer, "pieces"):
+        return tokenizer.pieces("src"), tokenizer.pieces("tgt")
+    import sentencepiece as spm
+
+    out = []
+    for path in side_spm(model_dir):
+        sp = spm.SentencePieceProcessor(model_file=str(path))
+        out.append([sp.id_to_piece(i) for i in range(sp.get_piece_size())])
+    return out[0], out[1]
 
 
 def check_out(out_dir: Path, force: bool) -> None:

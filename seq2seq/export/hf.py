@@ -3,7 +3,7 @@
 ``seq2seq export MODEL_DIR --format hf --out DIR`` writes what
 ``transformers.MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained`` load
 (config.json, model.safetensors, generation_config.json, source.spm, target.spm, vocab.json,
-tokenizer_config.json), so ``MarianMTModel.generate`` translates with it (and transformers 4's
+target_vocab.json for a model with separate embeddings, tokenizer_config.json), so ``MarianMTModel.generate`` translates with it (and transformers 4's
 ``pipeline("translation", model=DIR)``; transformers 5 has no translation pipeline). The
 weight and vocabulary mapping is :mod:`seq2seq.model.marian`, the one conversion in uses.
 
@@ -23,7 +23,7 @@ import shutil
 from pathlib import Path
 
 from seq2seq.core import atomic_dir
-from seq2seq.export.format import ExportError, check_out, require, side_spm
+from seq2seq.export.format import ExportError, check_out, require, side_pieces, side_spm
 from seq2seq.model import load_model_dir, marian_order, to_marian_weights
 
 __all__ = ["check_hf_support", "export_hf"]
@@ -49,22 +49,21 @@ def check_hf_support(cfg_model, where: str) -> None:
             cfg_model.decoder_mask != "causal",
             f"model.decoder_mask: {cfg_model.decoder_mask}; Marian's decoder mask is causal",
         ),
-        (
-            not cfg_model.share_embeddings,
-            "model.share_embeddings: false; Marian shares one embedding",
-        ),
-        (not cfg_model.tie_output, "model.tie_output: false; Marian ties the output projection"),
     ]
     for refused, what in refusals:
         if refused:
             raise ExportError(f"{where}: MarianMT cannot express {what}")
 
 
-def _pieces(loaded) -> list[str]:
-    """Every piece in our id order."""
-    if hasattr(loaded.tokenizer, "pieces"):
-        return loaded.tokenizer.pieces()
-    return loaded.tokenizer.tgt_pieces(range(loaded.tokenizer.tgt_vocab_size))
+def _marian_vocab(ours: list[str]) -> dict[str, int]:
+    """Marian's piece -> id map for our pieces (in our id order): :func:`marian_order`, with
+    Marian's names for the special pieces."""
+    pieces = [ours[i] for i in marian_order(len(ours))]
+    pieces[0], pieces[1], pieces[-1] = "</s>", "<unk>", "<pad>"
+    vocab: dict[str, int] = {}
+    for i, piece in enumerate(pieces):
+        vocab.setdefault(piece, i)  # a piece twice (never in practice) keeps its first id
+    return vocab
 
 
 def _languages(pair: str) -> tuple[str, str]:
@@ -84,8 +83,8 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
         ``out_dir``.
 
     Raises:
-        ExportError: an option Marian cannot express (named), a model with two vocabularies,
-            an existing ``out_dir`` without ``force``, or no transformers.
+        ExportError: an option Marian cannot express (named), an existing ``out_dir`` without
+            ``force``, or no transformers.
     """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     check_out(out_dir, force)
@@ -95,18 +94,21 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
     require("transformers")
     from transformers import GenerationConfig, MarianConfig
 
-    ours = _pieces(loaded)
-    order = marian_order(len(ours))
-    pieces = [ours[i] for i in order]
-    pieces[0], pieces[1], pieces[-1] = "</s>", "<unk>", "<pad>"
-    vocab = {}
-    for i, piece in enumerate(pieces):
-        vocab.setdefault(piece, i)  # a piece twice (never in practice) keeps its first id
-    n, pad = len(pieces), len(pieces) - 1
+    src_pieces, tgt_pieces = side_pieces(model_dir, loaded.tokenizer)
+    shared = m.share_embeddings
+    vocab = _marian_vocab(src_pieces)
+    tgt_vocab = vocab if shared else _marian_vocab(tgt_pieces)
+    n, n_tgt = len(src_pieces) - 1, len(tgt_pieces) - 1  # our <pad> row is not exported
+    pad = n_tgt - 1  # the decoder's start: our <s> row
+    if pad >= n:  # MarianMT pads both embeddings with the one pad_token_id
+        raise ExportError(
+            f"{model_dir / 'config.yaml'}: MarianMT cannot express a target vocabulary "
+            f"({n_tgt} pieces) larger than the source's ({n}): its one pad_token_id must fit both"
+        )
     d = loaded.cfg.decoding
     config = MarianConfig(
         vocab_size=n,
-        decoder_vocab_size=n,
+        decoder_vocab_size=n_tgt,
         d_model=m.d_model,
         encoder_layers=m.n_encoder_layers,
         decoder_layers=m.n_decoder_layers,
@@ -124,8 +126,8 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
         eos_token_id=0,
         decoder_start_token_id=pad,
         forced_eos_token_id=0,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
+        share_encoder_decoder_embeddings=shared,
+        tie_word_embeddings=m.tie_output,
         architectures=["MarianMTModel"],
     )
     generation = GenerationConfig(
@@ -141,6 +143,8 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
         loaded.model.state_dict(),
         n_encoder_layers=m.n_encoder_layers,
         n_decoder_layers=m.n_decoder_layers,
+        shared=shared,
+        tied=m.tie_output,
     )
     from safetensors.torch import save_file
 
@@ -152,14 +156,16 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         shutil.copyfile(src_spm, tmp / "source.spm")
         shutil.copyfile(tgt_spm, tmp / "target.spm")
-        (tmp / "vocab.json").write_text(
-            json.dumps(vocab, ensure_ascii=False, indent=0) + "\n", encoding="utf-8"
-        )
+        for name, pieces in (("vocab.json", vocab), ("target_vocab.json", tgt_vocab)):
+            if name == "vocab.json" or not shared:
+                (tmp / name).write_text(
+                    json.dumps(pieces, ensure_ascii=False, indent=0) + "\n", encoding="utf-8"
+                )
         tokenizer_config = {
             "tokenizer_class": "MarianTokenizer",
             "source_lang": src_lang,
             "target_lang": tgt_lang,
-            "separate_vocabs": False,
+            "separate_vocabs": not shared,
             "model_max_length": m.max_positions,
             "eos_token": "</s>",
             "unk_token": "<unk>",

@@ -26,7 +26,14 @@ import torch
 
 from seq2seq.config import DecodingConfig, ExperimentConfig, ModelConfig
 from seq2seq.core import UserError, atomic_dir
-from seq2seq.data import SPECIAL_PIECES, SRC_MODEL, TGT_MODEL, VOCAB_FILE, read_vocab_map
+from seq2seq.data import (
+    SPECIAL_PIECES,
+    SRC_MODEL,
+    TARGET_VOCAB_FILE,
+    TGT_MODEL,
+    VOCAB_FILE,
+    read_vocab_map,
+)
 from seq2seq.model.directory import save_model_dir
 from seq2seq.model.marian import ACTIVATIONS, from_marian_weights, marian_shapes, our_order
 from seq2seq.model.transformer import build_model
@@ -35,6 +42,7 @@ __all__ = ["convert_marian", "read_marian_config"]
 
 _SAFETENSORS = "model.safetensors"
 _PICKLE = "pytorch_model.bin"
+_TARGET_VOCAB = "target_vocab.json"  # a Marian tokenizer's, with separate vocabularies
 _LANG = re.compile(r"[A-Za-z]{2,3}([_-][A-Za-z0-9]+)?")
 
 
@@ -76,20 +84,21 @@ def read_marian_config(hf_dir: str | Path) -> dict:
     for key in need:
         if type(cfg.get(key)) is not int:
             raise UserError(f"{path}: {key} is missing or not an integer")
-    pairs = (
+    pairs = [
         ("decoder_attention_heads", "encoder_attention_heads"),
         ("decoder_ffn_dim", "encoder_ffn_dim"),
-        ("decoder_vocab_size", "vocab_size"),
         ("decoder_start_token_id", "pad_token_id"),
-    )
+    ]
+    if cfg.get("share_encoder_decoder_embeddings", True):
+        pairs.append(("decoder_vocab_size", "vocab_size"))
+    elif type(cfg.get("decoder_vocab_size", cfg["vocab_size"])) is not int:
+        raise UserError(f"{path}: decoder_vocab_size is not an integer")
     for key, same in pairs:
         if cfg.get(key, cfg[same]) != cfg[same]:
             raise UserError(
                 f"{path}: {key} {cfg[key]} differs from {same} {cfg[same]}; seq2seq maps only "
                 f"Marian models where they are equal"
             )
-    if not cfg.get("share_encoder_decoder_embeddings", True):
-        raise UserError(f"{path}: share_encoder_decoder_embeddings is false (not supported)")
     for key in ("normalize_before", "normalize_embedding", "add_final_layer_norm"):
         if cfg.get(key):
             raise UserError(f"{path}: {key} is true; Marian models are post-norm (not supported)")
@@ -198,24 +207,40 @@ def _decoding(hf_dir: Path, cfg: dict) -> DecodingConfig:
     return DecodingConfig(beam_size=beam) if type(beam) is int and beam >= 1 else DecodingConfig()
 
 
-def _vocabulary(hf_dir: Path, cfg: dict) -> tuple[dict[str, int], list[int]]:
-    """Our piece -> id map and :func:`~seq2seq.model.marian.our_order` for the folder."""
-    path = hf_dir / "vocab.json"
+def _separate_vocabs(hf_dir: Path) -> bool:
+    """Whether the tokenizer maps the target through a ``target_vocab.json`` of its own."""
+    path = hf_dir / "tokenizer_config.json"
+    separate = path.is_file() and _read_json(path).get("separate_vocabs") is True
+    if separate and not (hf_dir / _TARGET_VOCAB).is_file():
+        raise UserError(f"{hf_dir / _TARGET_VOCAB} not found: {path} says separate_vocabs")
+    return separate
+
+
+def _vocabulary(
+    path: Path, size: tuple[str, int], *, pad: int | None = None, eos: int | None = None
+) -> tuple[dict[str, int], list[int]]:
+    """Our piece -> id map and :func:`~seq2seq.model.marian.our_order` for one Marian map.
+
+    Args:
+        path: the ``vocab.json`` (or ``target_vocab.json``).
+        size: the config key that gives its size, and the size.
+        pad: the id of the decoder's start (``<pad>``); None: the map's ``<pad>``.
+        eos: the id of ``</s>``; None: the map's ``</s>``.
+    """
     marian = read_vocab_map(path)
     n = len(marian)
-    if n != cfg["vocab_size"]:
-        raise UserError(
-            f"{path} has {n} pieces, but config.json says vocab_size {cfg['vocab_size']}"
-        )
+    if n != size[1]:
+        raise UserError(f"{path} has {n} pieces, but config.json says {size[0]} {size[1]}")
     pieces = [""] * n
     for piece, i in marian.items():
         pieces[i] = piece
-    pad, eos = cfg["pad_token_id"], cfg["eos_token_id"]
+    pad = marian.get("<pad>", -1) if pad is None else pad
+    eos = marian.get("</s>", -1) if eos is None else eos
     unk = marian.get("<unk>")
     if unk is None:
         raise UserError(f"{path} has no '<unk>' piece")
     if not (0 <= pad < n and 0 <= eos < n):
-        raise UserError(f"config.json: pad_token_id {pad} or eos_token_id {eos} outside {path}")
+        raise UserError(f"{path}: the <pad> id {pad} or the </s> id {eos} is not in it")
     order = our_order(n, pad=pad, unk=unk, eos=eos)
     ours = {SPECIAL_PIECES[i]: i for i in range(4)}
     for our_id, marian_id in enumerate(order[4:], start=4):
@@ -254,7 +279,27 @@ def convert_marian(
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (hf_dir / name).is_file():
             raise UserError(f"{hf_dir / name} not found: a Marian folder needs its tokenizer files")
-    vocab, order = _vocabulary(hf_dir, cfg)
+    shared = bool(cfg.get("share_encoder_decoder_embeddings", True))
+    tied = bool(cfg.get("tie_word_embeddings", True))
+    separate = _separate_vocabs(hf_dir)
+    if shared and separate:
+        raise UserError(
+            f"{hf_dir / 'config.json'}: share_encoder_decoder_embeddings is true, but the "
+            f"tokenizer has separate vocabularies ({_TARGET_VOCAB})"
+        )
+    n_tgt = cfg.get("decoder_vocab_size") or cfg["vocab_size"]
+    pad, eos = cfg["pad_token_id"], cfg["eos_token_id"]
+    if shared:
+        vocab, order = _vocabulary(
+            hf_dir / "vocab.json", ("vocab_size", cfg["vocab_size"]), pad=pad, eos=eos
+        )
+        tgt_vocab, tgt_order = vocab, None
+    else:  # the source's own <pad> and </s>; the decoder starts from the config's pad
+        vocab, order = _vocabulary(hf_dir / "vocab.json", ("vocab_size", cfg["vocab_size"]))
+        tgt_path = hf_dir / (_TARGET_VOCAB if separate else "vocab.json")
+        tgt_vocab, tgt_order = _vocabulary(
+            tgt_path, ("decoder_vocab_size", n_tgt), pad=pad, eos=eos
+        )
     tensors, weights_path = _read_weights(hf_dir)
     n_enc, n_dec = cfg["encoder_layers"], cfg["decoder_layers"]
     shapes = marian_shapes(
@@ -263,6 +308,8 @@ def convert_marian(
         d_ff=cfg["encoder_ffn_dim"],
         n_encoder_layers=n_enc,
         n_decoder_layers=n_dec,
+        decoder_vocab_size=None if shared else n_tgt,
+        tied=tied,
     )
     _check_shapes(tensors, shapes, weights_path)
     if cfg["d_model"] % cfg["encoder_attention_heads"]:
@@ -280,8 +327,8 @@ def convert_marian(
         norm_first=False,
         positions="sinusoidal_marian",
         max_positions=int(cfg.get("max_position_embeddings", 512)),
-        share_embeddings=True,
-        tie_output=True,
+        share_embeddings=shared,
+        tie_output=tied,
         scale_embeddings=bool(cfg.get("scale_embedding", False)),
         final_logits_bias=True,
     )
@@ -307,15 +354,21 @@ def convert_marian(
         n_decoder_layers=n_dec,
         order=order,
         where=str(weights_path),
+        tgt_order=tgt_order,
+        tied=tied,
     )
     del tensors
-    model = build_model(model_cfg, src_vocab_size=len(vocab), tgt_vocab_size=len(vocab), pad_id=0)
+    model = build_model(
+        model_cfg, src_vocab_size=len(vocab), tgt_vocab_size=len(tgt_vocab), pad_id=0
+    )
     model.load_state_dict(ours, strict=False)  # the tied and shared aliases are one tensor
     with atomic_dir(out_dir, overwrite=force) as tmp:
         shutil.copyfile(hf_dir / "source.spm", tmp / SRC_MODEL)
         shutil.copyfile(hf_dir / "target.spm", tmp / TGT_MODEL)
-        with open(tmp / VOCAB_FILE, "w", encoding="utf-8") as f:
-            json.dump(vocab, f, ensure_ascii=False, indent=0)
-            f.write("\n")
+        for name, pieces in ((VOCAB_FILE, vocab), (TARGET_VOCAB_FILE, tgt_vocab)):
+            if name == VOCAB_FILE or separate:
+                with open(tmp / name, "w", encoding="utf-8") as f:
+                    json.dump(pieces, f, ensure_ascii=False, indent=0)
+                    f.write("\n")
         save_model_dir(tmp, model, experiment, weights=ours)
     return out_dir

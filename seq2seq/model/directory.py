@@ -38,7 +38,9 @@ from safetensors.torch import save
 
 from seq2seq.config import ConfigError, ExperimentConfig, dump_config, load_config
 from seq2seq.core import UserError, atomic_open, sha256_file
-from seq2seq.data import VOCAB_FILE  # a converted model's piece -> id map, when it has one
+
+# a converted model's piece -> id maps, when it has them
+from seq2seq.data import TARGET_VOCAB_FILE, VOCAB_FILE
 from seq2seq.model.transformer import Seq2SeqTransformer, build_model
 
 __all__ = [
@@ -114,7 +116,11 @@ def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _manifest_files(model_dir: Path) -> list[str]:
     names = [CONFIG_FILE, WEIGHTS_FILE]
-    names += [n for n in (*SPM_FILES, VOCAB_FILE, PARENT_FILE) if (model_dir / n).is_file()]
+    names += [
+        n
+        for n in (*SPM_FILES, VOCAB_FILE, TARGET_VOCAB_FILE, PARENT_FILE)
+        if (model_dir / n).is_file()
+    ]
     return names
 
 
@@ -325,8 +331,9 @@ def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu")
             f"{model_dir / MANIFEST_FILE} lists no SentencePiece model "
             f"({SPM_FILES[0]}, or {SPM_FILES[1]} and {SPM_FILES[2]})"
         )
-    if (model_dir / VOCAB_FILE).is_file() and VOCAB_FILE not in listed:
-        raise ModelDirError(f"{model_dir / VOCAB_FILE} is not listed in {MANIFEST_FILE}")
+    for name in (VOCAB_FILE, TARGET_VOCAB_FILE):
+        if (model_dir / name).is_file() and name not in listed:
+            raise ModelDirError(f"{model_dir / name} is not listed in {MANIFEST_FILE}")
     tokenizer = Tokenizer.load(model_dir, joint=joint)  # only files the manifest verified
     sizes = dict(
         src_vocab_size=tokenizer.src_vocab_size,

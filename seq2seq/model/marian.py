@@ -10,6 +10,12 @@ and tied to the output, and a fixed ``final_logits_bias`` (``model.final_logits_
 Marian's separate q/k/v projections are our fused ``qkv_proj`` (self-attention) and ``q_proj``
 + ``kv_proj`` (cross-attention).
 
+**Separate vocabularies.** Some Marian models (``share_encoder_decoder_embeddings: false``)
+have a source embedding (``vocab.json``) and a target one (``target_vocab.json``); they map to
+``model.share_embeddings: false``, each side in its own order. An output projection that is
+not tied to the target embedding (``tie_word_embeddings: false``) is ``model.tie_output:
+false``.
+
 **Vocabulary.** Marian numbers its pieces with ``</s>`` 0, ``<unk>`` 1 and ``<pad>`` last,
 and its decoder starts from ``<pad>``: it has no BOS. Our ids are the toolkit's
 (``<pad>`` 0, ``<unk>`` 1, ``<s>`` 2, ``</s>`` 3), so a converted model has one row more
@@ -130,32 +136,50 @@ def from_marian_weights(
     n_decoder_layers: int,
     order: list[int],
     where: str,
+    tgt_order: list[int] | None = None,
+    tied: bool = True,
 ) -> dict[str, Tensor]:
     """Marian's tensors (names as ``save_pretrained`` writes them) -> our state dict.
 
     Args:
-        tensors: the Marian weights; ``model.shared.weight`` (or an ``embed_tokens`` copy)
-            and ``final_logits_bias`` included; position tables are ignored (computed).
+        tensors: the Marian weights; ``model.shared.weight`` (or an ``embed_tokens`` copy), or
+            each side's ``embed_tokens``, and ``final_logits_bias`` included; position tables
+            are ignored (computed).
         n_encoder_layers: encoder layers in the config.
         n_decoder_layers: decoder layers in the config.
-        order: :func:`our_order` for this vocabulary.
+        order: :func:`our_order` for the (source) vocabulary.
         where: the file the messages name.
+        tgt_order: :func:`our_order` for the target vocabulary of a model with separate
+            embeddings; None for one shared embedding.
+        tied: the output projection is the target embedding (else ``lm_head.weight``).
 
     Returns:
         Our tensors, float32, under the names :func:`seq2seq.model.directory.state_dict_for_saving`
-        gives (the shared embedding once, as ``encoder.embedding.weight``).
+        gives (a shared embedding once, as ``encoder.embedding.weight``).
 
     Raises:
         UserError: a missing weight, naming it.
     """
-    shared = tensors.get("model.shared.weight")
-    if shared is None:
-        shared = _get(tensors, "model.encoder.embed_tokens.weight", where)
-    index = torch.tensor(order)
-    out = {"encoder.embedding.weight": shared.index_select(0, index)}
+    separate = tgt_order is not None
+    if tgt_order is None:
+        src = tensors.get("model.shared.weight")
+        if src is None:
+            src = _get(tensors, "model.encoder.embed_tokens.weight", where)
+        tgt_order = order
+    else:
+        src = _get(tensors, "model.encoder.embed_tokens.weight", where)
+    index, tgt_index = torch.tensor(order), torch.tensor(tgt_order)
+    out = {"encoder.embedding.weight": src.index_select(0, index)}
+    if separate:
+        tgt = _get(tensors, "model.decoder.embed_tokens.weight", where)
+        out["decoder.embedding.weight"] = tgt.index_select(0, tgt_index)
+    if not tied:
+        out["output_proj.weight"] = _get(tensors, "lm_head.weight", where).index_select(
+            0, tgt_index
+        )
     bias = tensors.get("final_logits_bias")
-    bias = torch.zeros(shared.size(0)) if bias is None else bias.reshape(-1)
-    bias = bias.index_select(0, index).clone()
+    bias = torch.zeros(len(tgt_order) - 1) if bias is None else bias.reshape(-1)
+    bias = bias.index_select(0, tgt_index).clone()
     bias[BOS_ID] = START_BIAS
     out["final_logits_bias"] = bias
     for side, n in (("encoder", n_encoder_layers), ("decoder", n_decoder_layers)):
@@ -168,7 +192,12 @@ def from_marian_weights(
 
 
 def to_marian_weights(
-    state: dict[str, Tensor], *, n_encoder_layers: int, n_decoder_layers: int
+    state: dict[str, Tensor],
+    *,
+    n_encoder_layers: int,
+    n_decoder_layers: int,
+    shared: bool = True,
+    tied: bool = True,
 ) -> dict[str, Tensor]:
     """Our state dict -> Marian's tensors (the inverse of :func:`from_marian_weights`).
 
@@ -176,22 +205,34 @@ def to_marian_weights(
         state: our model's ``state_dict()`` (the tied names included or not).
         n_encoder_layers: encoder layers.
         n_decoder_layers: decoder layers.
+        shared: one embedding for both sides (else each side's ``embed_tokens``).
+        tied: the output projection is the target embedding (else ``lm_head.weight``).
 
     Returns:
-        ``model.shared.weight``, ``final_logits_bias`` (1, V) and every layer's weights, in
-        Marian's vocabulary order (:func:`marian_order`).
+        ``model.shared.weight`` (or each side's ``embed_tokens``), ``final_logits_bias``
+        (1, V), ``lm_head.weight`` when not tied, and every layer's weights, in Marian's
+        vocabulary order (:func:`marian_order`).
     """
     emb = state["encoder.embedding.weight"]
     index = torch.tensor(marian_order(emb.size(0)))
+    if shared:
+        out = {"model.shared.weight": emb.index_select(0, index)}
+        tgt_index = index
+    else:
+        tgt = state["decoder.embedding.weight"]
+        tgt_index = torch.tensor(marian_order(tgt.size(0)))
+        out = {
+            "model.encoder.embed_tokens.weight": emb.index_select(0, index),
+            "model.decoder.embed_tokens.weight": tgt.index_select(0, tgt_index),
+        }
+    if not tied:
+        out["lm_head.weight"] = state["output_proj.weight"].index_select(0, tgt_index)
     bias = state.get("final_logits_bias")
     if bias is None:
-        bias = torch.zeros(emb.size(0))
-    marian_bias = bias.index_select(0, index).clone()
+        bias = torch.zeros(len(tgt_index))
+    marian_bias = bias.index_select(0, tgt_index).clone()
     marian_bias[-1] = bias[PAD_ID]  # Marian's <pad> logit: our <pad>'s bias, not <s>'s
-    out = {
-        "model.shared.weight": emb.index_select(0, index),
-        "final_logits_bias": marian_bias[None, :],
-    }
+    out["final_logits_bias"] = marian_bias[None, :]
     d = emb.size(1)
     for side, n in (("encoder", n_encoder_layers), ("decoder", n_decoder_layers)):
         for i in range(n):
@@ -204,22 +245,40 @@ def to_marian_weights(
 
 
 def marian_shapes(
-    *, vocab_size: int, d_model: int, d_ff: int, n_encoder_layers: int, n_decoder_layers: int
+    *,
+    vocab_size: int,
+    d_model: int,
+    d_ff: int,
+    n_encoder_layers: int,
+    n_decoder_layers: int,
+    decoder_vocab_size: int | None = None,
+    tied: bool = True,
 ) -> dict[str, tuple[int, ...]]:
     """The shape of every Marian tensor a config describes (position tables excluded).
 
     Args:
-        vocab_size: Marian's vocabulary size.
+        vocab_size: Marian's (source) vocabulary size.
         d_model: model width.
         d_ff: feed-forward width.
         n_encoder_layers: encoder layers.
         n_decoder_layers: decoder layers.
+        decoder_vocab_size: the target vocabulary's size when the embeddings are separate;
+            None for one shared embedding.
+        tied: the output projection is the target embedding (else ``lm_head.weight``).
     """
     d = d_model
-    shapes: dict[str, tuple[int, ...]] = {
-        "model.shared.weight": (vocab_size, d),
-        "final_logits_bias": (1, vocab_size),
-    }
+    if decoder_vocab_size is None:
+        shapes: dict[str, tuple[int, ...]] = {"model.shared.weight": (vocab_size, d)}
+        v_tgt = vocab_size
+    else:
+        shapes = {
+            "model.encoder.embed_tokens.weight": (vocab_size, d),
+            "model.decoder.embed_tokens.weight": (decoder_vocab_size, d),
+        }
+        v_tgt = decoder_vocab_size
+    shapes["final_logits_bias"] = (1, v_tgt)
+    if not tied:
+        shapes["lm_head.weight"] = (v_tgt, d)
     by_suffix = {
         "fc1.weight": (d_ff, d),
         "fc1.bias": (d_ff,),
