@@ -12,7 +12,7 @@ naming the option (:func:`check_hf_support`). For a converted OPUS-MT model the 
 exact. For a model trained here, Marian has no start token: its decoder starts from ``<pad>``,
 which takes our ``<s>`` row, and our own ``<pad>`` row is dropped; neither is ever a
 training target, so their probabilities are tiny, but the log-probabilities are not exactly
-ours (the tests check the converted round trip, not this case).
+ours (the tests check that the translations are).
 Needs the ``hf`` extra (transformers).
 """
 

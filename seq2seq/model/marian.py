@@ -215,12 +215,11 @@ def to_marian_weights(
     """
     emb = state["encoder.embedding.weight"]
     index = torch.tensor(marian_order(emb.size(0)))
+    tgt = emb if shared else state["decoder.embedding.weight"]
+    tgt_index = torch.tensor(marian_order(tgt.size(0)))
     if shared:
         out = {"model.shared.weight": emb.index_select(0, index)}
-        tgt_index = index
     else:
-        tgt = state["decoder.embedding.weight"]
-        tgt_index = torch.tensor(marian_order(tgt.size(0)))
         out = {
             "model.encoder.embed_tokens.weight": emb.index_select(0, index),
             "model.decoder.embed_tokens.weight": tgt.index_select(0, tgt_index),
@@ -229,7 +228,7 @@ def to_marian_weights(
         out["lm_head.weight"] = state["output_proj.weight"].index_select(0, tgt_index)
     bias = state.get("final_logits_bias")
     if bias is None:
-        bias = torch.zeros(len(tgt_index))
+        bias = torch.zeros(tgt.size(0))
     marian_bias = bias.index_select(0, tgt_index).clone()
     marian_bias[-1] = bias[PAD_ID]  # Marian's <pad> logit: our <pad>'s bias, not <s>'s
     out["final_logits_bias"] = marian_bias[None, :]
