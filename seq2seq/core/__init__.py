@@ -23,6 +23,7 @@ _HOMES = {
     "file_digest": "files",
     "keep_freed_memory": "memory",
     "printable": "terminal",
+    "say": "terminal",
     "raise_on_sigterm": "signals",
     "sha256_file": "files",
     "sha256_files": "files",

@@ -1,9 +1,17 @@
 """Text shown on a terminal: control characters escaped, so a sentence cannot move the cursor,
-clear the screen, ring the bell or break a log line (validation samples, error messages)."""
+clear the screen, ring the bell or break a log line (validation samples, error messages); and
+the one way a progress or status line reaches stderr."""
 
 from __future__ import annotations
 
-__all__ = ["printable"]
+import sys
+
+__all__ = ["printable", "say"]
+
+
+def say(line: str) -> None:
+    """Print one status line to stderr at once (training progress, data preparation)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def printable(text: str) -> str:

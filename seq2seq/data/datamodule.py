@@ -25,7 +25,6 @@ results can be deduplicated.
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
@@ -34,7 +33,7 @@ import pytorch_lightning as pl
 from torch.utils.data import DataLoader
 
 from seq2seq.config import ExperimentConfig
-from seq2seq.core import UserError, exclusive
+from seq2seq.core import UserError, exclusive, say
 from seq2seq.data.batching import TokenBucketSampler, collate
 from seq2seq.data.cleaning import CleaningRules
 from seq2seq.data.directions import (
@@ -54,10 +53,6 @@ __all__ = ["PREPARE_LOCK", "TranslationDataModule"]
 
 PREPARE_LOCK = ".prepare.lock"
 """The lock file in ``work_dir`` that lets one process at a time prepare it."""
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 class TranslationDataModule(pl.LightningDataModule):
@@ -187,7 +182,7 @@ class TranslationDataModule(pl.LightningDataModule):
                 splits=splits,
                 cache_dir=self.cache_dir,
                 mirror=self.mirror,
-                log=_stderr,
+                log=say,
             )
         if d.multilingual:
             limits = {d.train_split: d.max_train_pairs, d.valid_split: d.max_valid_pairs}
@@ -250,7 +245,7 @@ class TranslationDataModule(pl.LightningDataModule):
             ),
             langs=(self.src_lang, self.tgt_lang),
             limit=self._limit(d.train_split),
-            log=_stderr,
+            log=say,
         )
         build_store(
             self.data_dir / "valid",
@@ -263,7 +258,7 @@ class TranslationDataModule(pl.LightningDataModule):
             # (all others stay, so that validation scores stay comparable)
             cleaning=CleaningRules(max_len=self.cfg.model.max_positions - 1),
             limit=self._limit(d.valid_split),
-            log=_stderr,
+            log=say,
         )
 
     def _check_has_pairs(self, split: str, limit: int) -> None:

@@ -13,14 +13,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 from torch.utils.data import Dataset
 
-from seq2seq.core import READ_CHUNK, UserError, atomic_dir, atomic_open
+from seq2seq.core import READ_CHUNK, UserError, atomic_dir, atomic_open, say
 from seq2seq.data.cleaning import Cleaner, CleaningReport, CleaningRules
 from seq2seq.data.parallel import iter_parallel
 from seq2seq.data.tokenizer import Tokenizer
@@ -63,10 +62,6 @@ class _ArrayWriter:
 def _file_key(path: Path) -> dict:
     st = path.stat()
     return {"path": str(path.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 def build_store(
@@ -204,7 +199,7 @@ def build_store(
         }
         with atomic_open(tmp / "header.json", "w", encoding="utf-8") as f:
             json.dump(header, f, indent=1)
-    (log or _stderr)(stats.summary())
+    (log or say)(stats.summary())
     return TokenStore(path)
 
 

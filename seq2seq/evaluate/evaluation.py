@@ -25,7 +25,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
-from seq2seq.core import UserError, atomic_open
+from seq2seq.core import UserError, atomic_open, say
 from seq2seq.decode import Translator, read_lines
 from seq2seq.evaluate.metrics import moses_lc as moses_lc_lines
 from seq2seq.evaluate.metrics import score_corpus
@@ -34,9 +34,7 @@ __all__ = ["evaluate", "evaluate_files", "resolve_test_set"]
 
 
 def _warn_stderr(message: str) -> None:
-    import sys
-
-    print(f"warning: {message}", file=sys.stderr, flush=True)
+    say(f"warning: {message}")
 
 
 def read_test_pair(src_path: Path, ref_path: Path) -> tuple[list[str], list[str]]:

@@ -11,12 +11,13 @@ changes nothing else: a run bounded by updates gives the same model, only later 
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import Timer
+
+from seq2seq.core import say
 
 __all__ = ["PaceWatch", "format_minutes"]
 
@@ -29,10 +30,6 @@ def format_minutes(seconds: float) -> str:
     if minutes < 60:
         return f"about {minutes} min"
     return f"about {minutes // 60} h {minutes % 60} min"
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 class PaceWatch(pl.Callback):
@@ -56,7 +53,7 @@ class PaceWatch(pl.Callback):
         machine: str = "",
         slow_factor: float = 1.5,
         min_updates: int = 20,
-        log: Callable[[str], None] = _stderr,
+        log: Callable[[str], None] = say,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if expected_step_s <= 0:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
 import time
 from collections.abc import Iterator
 
@@ -18,6 +17,8 @@ import lightning_fabric  # noqa: F401 (imported before quiet_lightning: its impo
 import pytorch_lightning as pl
 from pytorch_lightning.callbacks import EarlyStopping, Timer, TQDMProgressBar
 from pytorch_lightning.callbacks.progress.tqdm_progress import _update_n
+
+from seq2seq.core import say
 
 __all__ = ["LIGHTNING_LOGGERS", "RunLines", "StepProgressBar", "TextProgress", "quiet_lightning"]
 
@@ -45,10 +46,6 @@ def quiet_lightning() -> Iterator[None]:
             logger.setLevel(level)
 
 
-def _say(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 class RunLines(pl.Callback):
     """Our lines in place of Lightning's: the model's size when training starts, and why the
     run ended (``training ended at step 2000: training.max_steps reached``). Rank 0 only."""
@@ -56,14 +53,12 @@ class RunLines(pl.Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
             n = sum(p.numel() for p in pl_module.parameters())  # each tied parameter once
-            _say(f"model: {n:,} parameters")
+            say(f"model: {n:,} parameters")
 
     def on_train_end(self, trainer, pl_module) -> None:
         if trainer.is_global_zero:
             reason = _end_reason(trainer)
-            _say(
-                f"training ended at step {trainer.global_step}" + (f": {reason}" if reason else "")
-            )
+            say(f"training ended at step {trainer.global_step}" + (f": {reason}" if reason else ""))
 
 
 def _end_reason(trainer: pl.Trainer) -> str:
@@ -154,4 +149,4 @@ class TextProgress(pl.Callback):
                 if isinstance(cb, Timer) and cb.time_remaining("train") is not None:
                     eta = min(eta, int(cb.time_remaining("train")))
             parts.append(f"eta {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
-        print(" ".join(parts), file=sys.stderr, flush=True)
+        say(" ".join(parts))
