@@ -61,7 +61,7 @@ def read_marian_config(hf_dir: str | Path) -> dict:
 
     Raises:
         UserError: no config.json, another ``model_type``, or an option that has no
-            equivalent here (separate vocabularies, pre-norm, ...), naming the key.
+            equivalent here (pre-norm, learned positions, ...), naming the key.
     """
     path = Path(hf_dir) / "config.json"
     if not path.is_file():
