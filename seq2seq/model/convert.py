@@ -366,7 +366,7 @@ def convert_marian(
         shutil.copyfile(hf_dir / "source.spm", tmp / SRC_MODEL)
         shutil.copyfile(hf_dir / "target.spm", tmp / TGT_MODEL)
         for name, pieces in ((VOCAB_FILE, vocab), (TARGET_VOCAB_FILE, tgt_vocab)):
-            if name == VOCAB_FILE or separate:
+            if name == VOCAB_FILE or pieces != vocab:  # the target's own map, where it differs
                 with open(tmp / name, "w", encoding="utf-8") as f:
                     json.dump(pieces, f, ensure_ascii=False, indent=0)
                     f.write("\n")
