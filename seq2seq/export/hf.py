@@ -3,9 +3,10 @@
 ``seq2seq export MODEL_DIR --format hf --out DIR`` writes what
 ``transformers.MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained`` load
 (config.json, model.safetensors, generation_config.json, source.spm, target.spm, vocab.json,
-target_vocab.json for a model with separate embeddings, tokenizer_config.json), so ``MarianMTModel.generate`` translates with it (and transformers 4's
-``pipeline("translation", model=DIR)``; transformers 5 has no translation pipeline). The
-weight and vocabulary mapping is :mod:`seq2seq.model.marian`, the one conversion in uses.
+target_vocab.json for a model with separate embeddings, tokenizer_config.json), so
+``MarianMTModel.generate`` translates with it (and transformers 4's ``pipeline("translation",
+model=DIR)``; transformers 5 has no translation pipeline). The weight and vocabulary mapping is
+:mod:`seq2seq.model.marian`, the one conversion in uses.
 
 Marian is one architecture, so a model whose shape it cannot express is refused up front,
 naming the option (:func:`check_hf_support`). For a converted OPUS-MT model the round trip is
