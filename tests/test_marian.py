@@ -600,6 +600,11 @@ def test_fine_tune_from_converted_model_keeps_the_vocabulary(which, request, tmp
     for side in ("src", "tgt"):
         assert a.tokenizer.pieces(side) == b.tokenizer.pieces(side)
     assert (a.tokenizer.src_vocab_size == a.tokenizer.tgt_vocab_size) == (which == "marian")
+    # `seq2seq average` (what the recipes serve) keeps the converted model's maps too
+    _run("average", str(run), "-n", "1", "--out", str(tmp_path / "avg"))
+    c = load_model_dir(tmp_path / "avg")
+    for side in ("src", "tgt"):
+        assert c.tokenizer.pieces(side) == a.tokenizer.pieces(side)
     assert torch.equal(a.model.final_logits_bias, b.model.final_logits_bias)  # a fixed buffer
     assert not torch.equal(a.model.encoder.embedding.weight, b.model.encoder.embedding.weight)
 

@@ -17,6 +17,7 @@ _HOMES = {
     "MANIFEST_FILE": "directory",
     "PARENT_FILE": "directory",
     "SPM_FILES": "directory",
+    "TOKENIZER_FILES": "directory",
     "Seq2SeqTransformer": "transformer",
     "attention_mask_from_pad": "masks",
     "block_causal_mask": "masks",

@@ -64,6 +64,8 @@ MANIFEST_FILE = "manifest.json"
 SPM_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
 PARENT_FILE = "parent.json"
 """A fine-tuned model's parent (path, manifest sha256; seq2seq/train/finetune.py), when it has one."""
+TOKENIZER_FILES = (*SPM_FILES, VOCAB_FILE, TARGET_VOCAB_FILE)
+"""Every tokenizer file a model directory may hold (those it has are in its manifest)."""
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 
 
@@ -116,11 +118,7 @@ def state_dict_for_saving(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def _manifest_files(model_dir: Path) -> list[str]:
     names = [CONFIG_FILE, WEIGHTS_FILE]
-    names += [
-        n
-        for n in (*SPM_FILES, VOCAB_FILE, TARGET_VOCAB_FILE, PARENT_FILE)
-        if (model_dir / n).is_file()
-    ]
+    names += [n for n in (*TOKENIZER_FILES, PARENT_FILE) if (model_dir / n).is_file()]
     return names
 
 

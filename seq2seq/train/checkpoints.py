@@ -240,7 +240,7 @@ def average_model_dir(
     from seq2seq.model import (
         CONFIG_FILE,
         PARENT_FILE,
-        SPM_FILES,
+        TOKENIZER_FILES,
         safetensors_bytes,
         save_model_dir,
         state_dict_for_saving,
@@ -277,7 +277,8 @@ def average_model_dir(
             f.write(safetensors_bytes(state_dict_for_saving(model)))
         return out
     with atomic_dir(out, overwrite=force) as tmp:
-        for name in (*SPM_FILES, PARENT_FILE):  # (a fine-tuned run's parent record too)
+        # the tokenizer (a converted model's vocab.json too) and a fine-tuned run's parent record
+        for name in (*TOKENIZER_FILES, PARENT_FILE):
             if (model_dir / name).is_file():
                 shutil.copyfile(model_dir / name, tmp / name)
         save_model_dir(tmp, model, cfg)
