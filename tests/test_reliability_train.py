@@ -205,9 +205,9 @@ def test_a_signal_while_weights_load_is_reported_as_the_signal(
         argv = ["train", "--init-from", str(model), "--out", str(out), *ft_overrides(data)]
         on_call = 2
     calls = _signal_inside_load(monkeypatch, signum, on_call=on_call)
-    # A command starts with Python's SIGINT handler; in a long test process an earlier
-    # in-process training may have left SIGINT ignored (Lightning ignores it once fit sees a
-    # KeyboardInterrupt, pytorch_lightning/trainer/call.py).
+    # A command starts with Python's SIGINT handler; the test process may not have it: started
+    # as a background job of a shell without job control (`cmd &` in a script, as CI runners
+    # and nohup launches do), Python inherits SIGINT ignored and keeps it so.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         rc = main(argv)
