@@ -187,6 +187,17 @@ def marian_separate(tmp_path_factory, mirror):
 BOTH = pytest.mark.parametrize("which", ["marian", "marian_separate"])
 
 
+def test_the_separate_fixture_has_two_vocabularies_and_an_untied_head(marian_separate):
+    """What the tests on ``marian_separate`` rely on: its folder really has two embeddings of
+    different sizes and an output projection of its own."""
+    from safetensors.torch import load_file
+
+    weights = load_file(marian_separate[0] / "model.safetensors")
+    src, tgt = (weights[f"model.{side}.embed_tokens.weight"] for side in ("encoder", "decoder"))
+    assert src.shape[0] != tgt.shape[0] and "model.shared.weight" not in weights
+    assert not torch.equal(weights["lm_head.weight"], tgt)
+
+
 def _hf(hf_dir: Path):
     from transformers import MarianMTModel, MarianTokenizer
 
