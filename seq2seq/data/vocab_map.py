@@ -153,7 +153,10 @@ class VocabMapTokenizer:
         self._tgt_ids = read_vocab_map(files[3]) if self.separate else self._ids
         self._unk = unk_id
         self._literals = dict(literals)
-        self._split = re.compile("(" + "|".join(map(re.escape, literals)) + ")")
+        # one capturing group: re.split keeps each literal, at the odd indices
+        self._split = re.compile(
+            "(" + "|".join(map(re.escape, literals)) + ")" if literals else "(?!)"
+        )
         self._specials = frozenset(specials)
         self._encode_text = encode
         self._pieces = _in_id_order(self._ids, specials, files[2])
