@@ -17,11 +17,12 @@ def add_convert(sub) -> None:
         "convert",
         "Convert a pretrained model into a seq2seq model directory.\n\n"
         "`convert marian HF_DIR` reads a local MarianMT folder (OPUS-MT, as transformers'\n"
-        "save_pretrained or `huggingface-cli download` leaves it: config.json, model.safetensors,\n"
-        "source.spm, target.spm, vocab.json) and writes a model directory that translate,\n"
-        "score, evaluate, serve, export and train --init-from use like any other. Nothing is\n"
-        "downloaded; a folder that is not a convertible Marian model is refused and nothing\n"
-        "is written at --out.",
+        "save_pretrained or `huggingface-cli download` leaves it: config.json, model.safetensors\n"
+        "or pytorch_model.bin (or their shards), source.spm, target.spm, vocab.json, and\n"
+        "target_vocab.json with separate vocabularies) and writes a model directory that\n"
+        "translate, score, evaluate, serve, export and train --init-from use like any other.\n"
+        "Nothing is downloaded; a folder that is not a convertible Marian model is refused and\n"
+        "nothing is written at --out.",
         "seq2seq convert marian opus-mt-en-de --out runs/opus_en_de\n"
         "seq2seq translate runs/opus_en_de -i test.en --beam 4",
     )
