@@ -91,6 +91,16 @@ def test_a_running_server_checks_the_key_file_at_most_once_a_max_age(tmp_path):
     assert table.lookup(other) == (True, 3)
 
 
+def test_a_new_key_never_starts_with_a_dash(tmp_path, monkeypatch):
+    """A key that starts with "-" (1 in 64 of token_urlsafe's) reads as an option on the
+    command line: `seq2seq keys remove -abc` would fail."""
+    import secrets
+
+    drawn = iter(["-" + "a" * 31, "-" + "b" * 31, "c" * 32])
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda n: next(drawn))
+    assert KeyStore(tmp_path / "keys.db", create=True).add() == "c" * 32
+
+
 def test_key_store_makes_private_files_and_fresh_keys(tmp_path):
     db = tmp_path / "keys.db"
     store = KeyStore(db, create=True)

@@ -83,6 +83,8 @@ class KeyStore:
         if req_limit is not None and req_limit < 1:
             raise UserError(f"--req-limit must be >= 1, got {req_limit}")
         key = secrets.token_urlsafe(24)  # 192 random bits
+        while key.startswith("-"):  # `seq2seq keys remove KEY` would read it as an option
+            key = secrets.token_urlsafe(24)
         with self._con:
             self._con.execute("INSERT INTO api_keys VALUES (?, ?)", (key, req_limit))
         return key
