@@ -29,7 +29,7 @@ from seq2seq.core import UserError, atomic_dir
 from seq2seq.data import (
     SPECIAL_PIECES,
     SRC_MODEL,
-    TARGET_VOCAB_FILE,
+    TARGET_VOCAB_FILE,  # Marian's name for the target's map, which a model directory keeps
     TGT_MODEL,
     VOCAB_FILE,
     read_vocab_map,
@@ -42,7 +42,6 @@ __all__ = ["convert_marian", "read_marian_config"]
 
 _SAFETENSORS = "model.safetensors"
 _PICKLE = "pytorch_model.bin"
-_TARGET_VOCAB = "target_vocab.json"  # a Marian tokenizer's, with separate vocabularies
 _LANG = re.compile(r"[A-Za-z]{2,3}([_-][A-Za-z0-9]+)?")
 
 
@@ -211,8 +210,8 @@ def _separate_vocabs(hf_dir: Path) -> bool:
     """Whether the tokenizer maps the target through a ``target_vocab.json`` of its own."""
     path = hf_dir / "tokenizer_config.json"
     separate = path.is_file() and _read_json(path).get("separate_vocabs") is True
-    if separate and not (hf_dir / _TARGET_VOCAB).is_file():
-        raise UserError(f"{hf_dir / _TARGET_VOCAB} not found: {path} says separate_vocabs")
+    if separate and not (hf_dir / TARGET_VOCAB_FILE).is_file():
+        raise UserError(f"{hf_dir / TARGET_VOCAB_FILE} not found: {path} says separate_vocabs")
     return separate
 
 
@@ -285,7 +284,7 @@ def convert_marian(
     if shared and separate:
         raise UserError(
             f"{hf_dir / 'config.json'}: share_encoder_decoder_embeddings is true, but the "
-            f"tokenizer has separate vocabularies ({_TARGET_VOCAB})"
+            f"tokenizer has separate vocabularies ({TARGET_VOCAB_FILE})"
         )
     n_tgt = cfg.get("decoder_vocab_size") or cfg["vocab_size"]
     pad, eos = cfg["pad_token_id"], cfg["eos_token_id"]
@@ -296,7 +295,7 @@ def convert_marian(
         tgt_vocab, tgt_order = vocab, None
     else:  # the source's own <pad> and </s>; the decoder starts from the config's pad
         vocab, order = _vocabulary(hf_dir / "vocab.json", ("vocab_size", cfg["vocab_size"]))
-        tgt_path = hf_dir / (_TARGET_VOCAB if separate else "vocab.json")
+        tgt_path = hf_dir / (TARGET_VOCAB_FILE if separate else "vocab.json")
         tgt_vocab, tgt_order = _vocabulary(
             tgt_path, ("decoder_vocab_size", n_tgt), pad=pad, eos=eos
         )
