@@ -113,3 +113,53 @@ def test_a_time_guard_is_mentioned():
         watch.on_train_batch_end(trainer, None, None, None, 0)
     assert lines[0].endswith("training.max_time may stop a slower run sooner")
     assert lines[1].endswith("training.max_time may stop the run before its last update")
+
+
+def _guarded(time_left: float, *, expected: float = 0.0, steps: int = 1200, max_steps=8000):
+    """A PaceWatch over a run of max_steps with a time guard leaving ``time_left`` s at the
+    judging point; each update takes 1.5 s."""
+    lines: list[str] = []
+    clock = FakeClock()
+    watch = PaceWatch(
+        expected_step_s=expected,
+        log=lines.append,
+        clock=clock,
+        time_left=lambda trainer: time_left,
+    )
+    trainer = SimpleNamespace(max_steps=max_steps, global_step=0, is_global_zero=True)
+    watch.on_train_start(trainer, None)
+    seen_at = None
+    for _ in range(steps):
+        clock.now += 1.5
+        trainer.global_step += 1
+        before = len(lines)
+        watch.on_train_batch_end(trainer, None, None, None, 0)
+        if len(lines) > before and seen_at is None:
+            seen_at = trainer.global_step
+    return watch, lines, seen_at
+
+
+def test_a_run_that_cannot_finish_inside_max_time_says_so_within_100_updates():
+    # 8,000 updates at 1.5 s = 200 min; after update 100 the guard leaves 150 min - 2.5 min
+    watch, lines, seen_at = _guarded(147.5 * 60)
+    assert watch.deadline_missed and seen_at == 100
+    assert len(lines) == 1  # no expected pace: only the deadline line, once
+    # 100 done + floor(8850 s / 1.5 s) = 100 + 5900
+    assert lines[0].startswith(
+        "warning: training.max_time stops this run near update 6,000 of 8,000"
+    )
+    assert "set training.max_steps=6000" in lines[0]
+    assert "about 2 h 28 min" in lines[0] and "about 3 h 18 min" in lines[0]
+
+
+def test_a_run_that_fits_inside_max_time_is_quiet_and_a_run_without_a_guard_too():
+    watch, lines, _ = _guarded(200 * 60)  # 7,900 x 1.5 s = 197.5 min fits in 200
+    assert watch.deadline_judged and not watch.deadline_missed and lines == []
+    watch, lines, _ = _guarded(None)
+    assert watch.deadline_judged and not watch.deadline_missed and lines == []
+
+
+def test_a_short_run_is_judged_at_its_middle():
+    watch, lines, seen_at = _guarded(10.0, steps=40, max_steps=40)
+    assert watch.deadline_missed and seen_at == 20
+    assert "near update 26 of 40" in lines[0]  # 20 + floor(10 / 1.5)

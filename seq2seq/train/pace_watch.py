@@ -7,11 +7,19 @@ to tell, warns a single time when the run is on course to take much longer (``sl
 times the estimate): another job sharing the cores, fewer threads, a slower CPU. The warning
 changes nothing else: a run bounded by updates gives the same model, only later (unless a
 ``training.max_time`` guard stops it first, which the messages then say).
+
+A run that has both ``max_steps`` and a ``max_time`` guard is also judged against the guard,
+with or without an expected pace: after ``deadline_after`` updates (100 at most, fewer in a
+short run) the measured pace projects the end, and when the guard would stop the run before
+its last update PaceWatch says so once, with the update it would reach. A schedule that decays
+to its end at ``max_steps`` (``linear``, ``cosine``) then never reaches that end, so the line
+names the ``max_steps`` that fits.
 """
 
 from __future__ import annotations
 
 import time
+import math
 from collections.abc import Callable
 
 import pytorch_lightning as pl
@@ -32,18 +40,30 @@ def format_minutes(seconds: float) -> str:
     return f"about {minutes // 60} h {minutes % 60} min"
 
 
+def time_guard_left(trainer: pl.Trainer) -> float | None:
+    """Seconds the ``training.max_time`` Timer leaves this run (None: no guard)."""
+    for cb in getattr(trainer, "callbacks", ()):
+        if isinstance(cb, Timer):
+            return cb.time_remaining("train")
+    return None
+
+
 class PaceWatch(pl.Callback):
-    """Print the expected training time at start; warn once when the run is much slower.
+    """Print the expected training time at start; warn once when the run is much slower, and
+    once when ``training.max_time`` would stop it before its last update.
 
     Args:
         expected_step_s: seconds per update (validation included) on the machine the config
-            was sized on.
+            was sized on; 0 when the config states none (then only the time guard is judged).
         machine: that machine, in words (printed with the estimate), or "".
         slow_factor: warn when the projected time exceeds the estimate by this factor.
         min_updates: updates (of this launch) before the pace is judged; at least 5% of the
             run is always waited for, so that the first, slower updates do not count alone.
+        deadline_after: updates (of this launch) after which the end is projected against
+            the ``max_time`` guard; a run shorter than twice this is judged at its middle.
         log: where the lines go (stderr).
         clock: seconds, monotonic (tests pass a fake one).
+        time_left: the guard's seconds left for a trainer, or None (reads the Timer).
     """
 
     def __init__(
@@ -53,18 +73,24 @@ class PaceWatch(pl.Callback):
         machine: str = "",
         slow_factor: float = 1.5,
         min_updates: int = 20,
+        deadline_after: int = 100,
         log: Callable[[str], None] = say,
         clock: Callable[[], float] = time.monotonic,
+        time_left: Callable[[pl.Trainer], float | None] = time_guard_left,
     ) -> None:
-        if expected_step_s <= 0:
-            raise ValueError("expected_step_s must be positive")
+        if expected_step_s < 0:
+            raise ValueError("expected_step_s must be >= 0")
         self._per_update = expected_step_s
         self.machine = machine
         self.slow_factor = slow_factor
         self.min_updates = min_updates
         self.write = log
         self.clock = clock
+        self.deadline_after = deadline_after
+        self.time_left = time_left
         self.warned = False
+        self.deadline_judged = False
+        self.deadline_missed = False
         self._start: tuple[float, int] | None = None
         self._timed = False  # a max_time Timer may end the run first
 
@@ -74,7 +100,7 @@ class PaceWatch(pl.Callback):
             return  # only a run bounded by updates has an expected duration
         step = trainer.global_step
         self._start = (self.clock(), step)
-        if not trainer.is_global_zero:
+        if not trainer.is_global_zero or not self._per_update:
             return
         left = max_steps - step
         where = f" on {self.machine}" if self.machine else ""
@@ -91,12 +117,17 @@ class PaceWatch(pl.Callback):
         )
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.warned or self._start is None or not trainer.is_global_zero:
+        if self._start is None or not trainer.is_global_zero:
             return
         t0, step0 = self._start
         done = trainer.global_step - step0
         left = trainer.max_steps - step0
-        if done < max(self.min_updates, 0.05 * left) or done <= 0:
+        if done <= 0:
+            return
+        if not self.deadline_judged and done >= min(self.deadline_after, max(1, left // 2)):
+            self.deadline_judged = True
+            self._judge_deadline(trainer, (self.clock() - t0) / done, left - done)
+        if self.warned or not self._per_update or done < max(self.min_updates, 0.05 * left):
             return
         rate = (self.clock() - t0) / done  # seconds per update, validation included
         if rate <= self.slow_factor * self._per_update:
@@ -114,4 +145,25 @@ class PaceWatch(pl.Callback):
                 if self._timed
                 else "the run still stops after the same updates, with the same model"
             )
+        )
+
+    def _judge_deadline(self, trainer: pl.Trainer, rate: float, left: int) -> None:
+        """Say once whether ``max_time`` stops the run before its last update.
+
+        Args:
+            rate: seconds per update measured so far in this launch.
+            left: updates still to run.
+        """
+        guard = self.time_left(trainer)
+        if guard is None or rate * left <= guard:
+            return
+        self.deadline_missed = True
+        reach = trainer.global_step + max(0, math.floor(guard / rate))
+        self.write(
+            f"warning: training.max_time stops this run near update {reach:,} of "
+            f"{trainer.max_steps:,}: at {rate:.2f} s per update the remaining {left:,} updates "
+            f"need {format_minutes(rate * left)}, and the time guard leaves "
+            f"{format_minutes(guard)}. A schedule that decays to its end at max_steps never "
+            f"gets there: set training.max_steps={reach} to keep the whole schedule on this "
+            "machine"
         )

@@ -232,7 +232,9 @@ def train(
         StepProgressBar() if progress else TextProgress(every=t.log_every_steps),
         RunLines(),
     ]
-    if t.expected_step_s > 0:
+    if t.expected_step_s > 0 or (t.max_time is not None and t.max_steps > 0):
+        # the expected duration and the slow-run warning; with a time guard, whether the
+        # guard stops the run before its last update (said within its first 100 updates)
         callbacks.append(PaceWatch(expected_step_s=t.expected_step_s, machine=t.expected_machine))
     if t.patience > 0:
         callbacks.append(
