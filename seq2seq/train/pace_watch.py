@@ -18,8 +18,8 @@ names the ``max_steps`` that fits.
 
 from __future__ import annotations
 
-import time
 import math
+import time
 from collections.abc import Callable
 
 import pytorch_lightning as pl
