@@ -1,14 +1,21 @@
 """R-Drop (Liang et al., 2021): the loss equals its definition, computed by hand with torch ops,
-and the training module runs two dropout passes only when asked."""
+and the training module runs two dropout passes only when asked. Token cutoff (SimCut's second
+pass): whole token vectors dropped, by hand and as a property, and the module's clean and cut
+passes pulled together by the same KL."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from seq2seq.config import ConfigError
 from seq2seq.config.loading import load_config
 from seq2seq.data import PAD_ID
+from seq2seq.model.cutoff import token_cutoff
+from seq2seq.model.layers import TokenEmbedding
 from seq2seq.model.loss import label_smoothed_nll, rdrop_loss
 from seq2seq.train.module import TranslationModule
 
@@ -54,7 +61,7 @@ def test_rdrop_kl_term_is_zero_for_equal_passes_and_grows_with_alpha():
     assert float(high.loss) > float(low.loss)
 
 
-def _module(dropout: float, alpha: float) -> TranslationModule:
+def _module(dropout: float, alpha: float, cutoff: float = 0.0) -> TranslationModule:
     cfg = load_config(
         None,
         [
@@ -65,6 +72,7 @@ def _module(dropout: float, alpha: float) -> TranslationModule:
             "model.n_decoder_layers=1",
             f"model.dropout={dropout}",
             f"training.rdrop_alpha={alpha}",
+            f"training.rdrop_cutoff={cutoff}",
             "training.label_smoothing=0.1",
         ],
     )
@@ -110,3 +118,84 @@ def test_rdrop_alpha_must_not_be_negative():
 
     with pytest.raises(ConfigError, match="rdrop_alpha"):
         load_config(None, ["training.rdrop_alpha=-1"])
+
+
+def _embedding() -> TokenEmbedding:
+    torch.manual_seed(0)
+    return TokenEmbedding(vocab_size=50, d_model=4, pad_id=PAD_ID, scale=False)
+
+
+def test_cutoff_by_hand():
+    emb = _embedding()
+    ids = torch.tensor([[5, 6, 7, 8, PAD_ID]])
+    # the draw torch.rand makes after manual_seed(7), and so which tokens p = 0.5 keeps
+    torch.manual_seed(7)
+    kept = (torch.rand(1, 5) >= 0.5)[0].tolist()
+    assert kept == [True, False, True, True, False]  # seed 7: tokens 5, 7 and 8 survive
+    torch.manual_seed(7)
+    with token_cutoff(emb, 0.5):
+        out = emb(ids)  # (1, 5, 4)
+    w = emb.weight.detach()
+    want = torch.stack([w[5], torch.zeros(4), w[7], w[8], torch.zeros(4)])
+    torch.testing.assert_close(out[0], want)
+    # the hook is gone after the block, and p = 0 never touches the module
+    torch.testing.assert_close(emb(ids)[0, :4], w[5:9])
+    with token_cutoff(emb, 0.0):
+        assert not emb._forward_hooks
+        torch.testing.assert_close(emb(ids), emb(ids))
+    assert not emb._forward_hooks
+
+
+@settings(max_examples=20, deadline=None)
+@given(p=st.floats(0.05, 0.9), seed=st.integers(0, 2**16))
+def test_cutoff_drops_whole_tokens_at_rate_p(p, seed):
+    emb = _embedding()
+    ids = torch.randint(1, 50, (40, 50))  # 2,000 tokens, no padding
+    plain = emb(ids)
+    torch.manual_seed(seed)
+    with token_cutoff(emb, p):
+        cut = emb(ids)
+    zero = cut.eq(0).all(-1)  # (B, L): token vector entirely dropped
+    same = cut.eq(plain).all(-1)
+    assert bool((zero | same).all())  # a token is kept whole or dropped whole, never rescaled
+    rate = float(zero.float().mean())
+    sd = (p * (1 - p) / zero.numel()) ** 0.5
+    assert abs(rate - p) < 6 * sd
+
+
+def test_cutoff_probability_is_checked():
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        with token_cutoff(_embedding(), 1.0):
+            pass
+    with pytest.raises(ConfigError, match="rdrop_cutoff"):
+        load_config(None, ["training.rdrop_cutoff=1.0"])
+
+
+def test_module_second_pass_is_cut_and_pulled_towards_the_clean_one():
+    src, tgt = _batch()
+    # no dropout: the two passes differ only by the cutoff
+    module = _module(dropout=0.0, alpha=1.0, cutoff=0.4)
+    module.train()
+    torch.manual_seed(7)
+    got = module.compute_loss(src, tgt)
+    torch.manual_seed(7)
+    keep = tgt[:, 1:].ne(PAD_ID)
+    passes = []
+    for p in (0.0, 0.4):
+        with token_cutoff(module.model, p):
+            memory, src_pad = module.model.encode(src)
+            hidden = module.model.decode(tgt[:, :-1], memory, src_pad)
+        passes.append(module.model.project(hidden[keep]))
+    assert not torch.equal(passes[0], passes[1])
+    want = rdrop_loss(*passes, tgt[:, 1:][keep], epsilon=0.1, alpha=1.0, ignore_index=PAD_ID)
+    torch.testing.assert_close(got.loss, want.loss)
+    # without cutoff and dropout both passes are the same: the KL term vanishes
+    clean = _module(dropout=0.0, alpha=1.0, cutoff=0.0)
+    clean.model.load_state_dict(module.model.state_dict())
+    clean.train()
+    single: TranslationModule = _module(dropout=0.0, alpha=0.0)
+    single.model.load_state_dict(module.model.state_dict())
+    single.train()
+    torch.testing.assert_close(
+        clean.compute_loss(src, tgt).loss, single.compute_loss(src, tgt).loss
+    )

@@ -287,7 +287,14 @@ class TrainingConfig:
     """R-Drop (Liang et al., 2021): each batch runs through the model twice (two dropout
     masks) and the loss adds ``rdrop_alpha`` times the symmetric KL divergence between the two
     passes' token distributions (0 = off; seq2seq/model/loss.py, ``rdrop_loss``). Doubles the
-    cost of an update."""
+    cost of an update. The KL is summed over the target tokens, like the cross-entropy, and
+    the update's gradient is divided by its token count: the papers' "token-summed KL"."""
+    rdrop_cutoff: float = 0.0
+    """SimCut (Wu et al., 2022): in the second of the two passes, each input token's embedding
+    (source and target) is zeroed with this probability (seq2seq/model/cutoff.py), so the KL
+    term pulls a clean and a cut pass together. 0 = both passes differ by dropout only (R-Drop).
+    Any value > 0 runs the two passes, even with ``rdrop_alpha`` 0 (then cutoff is data
+    augmentation: the loss is the mean of the two passes' cross-entropies)."""
     clip_norm: float = 0.0
     """Gradient clipping by global norm (0 = off)."""
     accumulate: int = 1
@@ -373,6 +380,7 @@ class TrainingConfig:
         _at_least(prefix, self, 1, "num_nodes")
         _positive(prefix, self, "eps")
         _at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha")
+        _fraction(prefix, self, "rdrop_cutoff")
         for i, beta in enumerate(self.betas):
             if not 0.0 <= beta < 1.0:
                 raise InvalidValue(

@@ -36,6 +36,7 @@ _HOMES = {
     "sliding_window_mask": "masks",
     "state_dict_for_saving": "directory",
     "target_log_probs": "loss",
+    "token_cutoff": "cutoff",
     "verify_model_dir": "directory",
     "write_manifest": "directory",
 }

@@ -44,6 +44,7 @@ from seq2seq.model import (
     label_smoothed_nll,
     projected_label_smoothed_nll,
     rdrop_loss,
+    token_cutoff,
 )
 from seq2seq.train.checkpoints import CHECKPOINT_KEY
 from seq2seq.train.distributed import world_size
@@ -296,17 +297,20 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
 
         The output projection (D x V, the largest matmul) runs only on the non-padding
         target positions; on the CPU it is fused with the loss, chunk by chunk. With
-        ``training.rdrop_alpha`` > 0, a training batch runs through the model twice
-        (:func:`seq2seq.model.loss.rdrop_loss`); validation runs once.
+        ``training.rdrop_alpha`` or ``training.rdrop_cutoff`` > 0, a training batch runs
+        through the model twice (:func:`seq2seq.model.loss.rdrop_loss`), the second time with
+        its token embeddings cut (:func:`seq2seq.model.cutoff.token_cutoff`); validation runs
+        once.
         """
         tgt_in, tgt_out = tgt_ids[:, :-1], tgt_ids[:, 1:]  # (B, T) each
-        alpha = self.cfg.training.rdrop_alpha
-        if alpha > 0 and self.training:
+        alpha, cutoff = self.cfg.training.rdrop_alpha, self.cfg.training.rdrop_cutoff
+        if (alpha > 0 or cutoff > 0) and self.training:
             keep = tgt_out.ne(PAD_ID)  # (B, T)
             passes = []
-            for _ in range(2):  # two dropout masks: the generator moves on between them
-                memory, src_pad = self.model.encode(src_ids)  # (B, S, D), (B, S)
-                hidden = self.model.decode(tgt_in, memory, src_pad)  # (B, T, D)
+            for p in (0.0, cutoff):  # two dropout masks: the generator moves on between them
+                with token_cutoff(self.model, p):  # the second pass cut (SimCut), if asked
+                    memory, src_pad = self.model.encode(src_ids)  # (B, S, D), (B, S)
+                    hidden = self.model.decode(tgt_in, memory, src_pad)  # (B, T, D)
                 passes.append(self.model.project(hidden[keep]))  # (N, V)
             return rdrop_loss(
                 *passes,
