@@ -26,6 +26,7 @@ TINY = [
     "training.threads=1",
     "decoding.beam_size=2",
     "decoding.max_len_b=5",
+    "training.tune_len_penalty=[0.6,1.4]",
 ]
 
 
@@ -73,13 +74,24 @@ def test_recipe_end_to_end_then_skips_finished_stages(tmp_path, mirror):
         assert fields[7:] == [scores["bleu_signature"], scoring]
     assert "case:mixed" in lines[0] and "case:lc|eff:no|tok:none" in lines[1]
     assert "BLEU" in first.stdout and "example translations" in first.stdout
+    # the length penalty chosen on the validation set is the averaged model's, and the best
+    choice = json.loads((out / "tune/choice.json").read_text())
+    tried = {
+        lp: json.loads((out / f"tune/lp{lp}/en-de/val.en.json").read_text())["scores"]["bleu"]
+        for lp in ("0.6", "1.4")
+    }
+    assert choice["validation_bleu"] == pytest.approx(tried)
+    assert choice["len_penalty"] == float(max(tried, key=tried.__getitem__))
+    averaged_cfg = (out / "averaged/config.yaml").read_text()
+    assert f"len_penalty: {choice['len_penalty']}" in averaged_cfg
+    assert "$ seq2seq average" in first.stdout and "decoding.len_penalty=" in first.stdout
     hyps = (out / "eval/test_2016_flickr.en.hyp").read_text().split("\n")
     assert len(hyps) == 1000 + 1  # one line per test sentence, newline-terminated
 
     mtime = (out / "model/model.safetensors").stat().st_mtime_ns
     second = run_recipe(out, mirror)
     assert second.returncode == 0, second.stderr[-3000:]
-    for stage in ("[train]", "[average]", "[export]"):
+    for stage in ("[train]", "[average]", "[tune]", "[export]"):
         assert f"{stage} " in second.stdout and "skipping" in second.stdout
     assert "$ seq2seq train" not in second.stdout and "$ seq2seq evaluate" not in second.stdout
     assert (out / "model/model.safetensors").stat().st_mtime_ns == mtime

@@ -60,13 +60,16 @@ class _StageFailed(Exception):
         self.status = status
 
 
-def _stage(argv: list[str], work: Callable[..., None], *args: object, **kwargs: object) -> None:
+def _stage(argv: list[str], work: Callable[..., object], *args: object, **kwargs: object):
     """Print the `seq2seq` command line that does what ``work(*args, **kwargs)`` does, run it
-    and end it as that command would; stop the recipe if it fails."""
+    and end it as that command would; stop the recipe if it fails. Returns what ``work``
+    returned."""
     print(f"\n$ seq2seq {shlex.join(argv)}", flush=True)
-    status = run_command(argv[0], lambda: work(*args, **kwargs))
+    result = []
+    status = run_command(argv[0], lambda: result.append(work(*args, **kwargs)))
     if status:
         raise _StageFailed(status)
+    return result[0]
 
 
 def _train(
@@ -84,12 +87,14 @@ def _train(
     train(cfg, model_dir, resume=resume, mirror=mirror)
 
 
-def _average(model_dir: str, *, n: int, out: str) -> None:
-    """``seq2seq average MODEL_DIR -n N --out OUT``."""
+def _average(model_dir: str, *, n: int, out: str, overrides: list[str] = ()) -> None:
+    """``seq2seq average MODEL_DIR -n N --out OUT`` (with ``overrides``: replacing OUT, with
+    those config changes)."""
     from seq2seq.train import average_model_dir
 
     check_paths(input_dirs=[("run directory", model_dir)], replaced_dirs=[("--out", out)])
-    print(f"wrote {average_model_dir(model_dir, n=n, out=out)}")
+    path = average_model_dir(model_dir, n=n, out=out, force=bool(overrides), overrides=overrides)
+    print(f"wrote {path}")
 
 
 def _evaluate(
@@ -101,10 +106,11 @@ def _evaluate(
     flags: list[str],
     mirror: str | None,
     direction: tuple[str, str] | None = None,
-) -> None:
+    **search: object,
+) -> dict:
     """``seq2seq evaluate MODEL_DIR --src SRC --ref REF --out-dir OUT_DIR [FLAGS]``; ``flags``:
     ``--tokenized-lc``, ``--moses-lc`` or neither; ``direction``: a multilingual model's
-    ``--source-lang`` and ``--target-lang``."""
+    ``--source-lang`` and ``--target-lang``; ``search``: search options (``len_penalty``)."""
     from seq2seq.evaluate import evaluate
 
     check_paths(
@@ -122,8 +128,10 @@ def _evaluate(
         warn=warner("evaluate"),
         source_lang=direction[0] if direction else None,
         target_lang=direction[1] if direction else None,
+        **search,
     )
     print_evaluation(result)
+    return result
 
 
 def _export(model_dir: str, *, out: str) -> None:
@@ -255,6 +263,46 @@ def _run(argv, *, corpus, default_config, pairs, doc) -> None:
         _stage(
             ["average", model, "-n", str(n), "--out", averaged], _average, model, n=n, out=averaged
         )
+
+    # ---- the length penalty, chosen on the validation set (training.tune_len_penalty) -------
+    # Each value decodes the validation split of every direction; the best mean BLEU (the
+    # first of equals) becomes the averaged model's decoding.len_penalty, written by averaging
+    # again (atomically); tune/choice.json, written last, marks the stage done.
+    choice_file = out / "tune" / "choice.json"
+    if cfg.training.tune_len_penalty and choice_file.is_file():
+        print(f"\n[tune] {choice_file} exists; skipping")
+    elif cfg.training.tune_len_penalty:
+        tried = {}
+        for value in cfg.training.tune_len_penalty:
+            bleus = []
+            for direction in directions:
+                src, ref = (str(p) for p in splits[direction, cfg.data.valid_split])
+                where = str(out / "tune" / f"lp{value:g}" / "-".join(direction))
+                langs = ["--source-lang", direction[0], "--target-lang", direction[1]]
+                scored = _stage(
+                    ["evaluate", averaged, "--src", src, "--ref", ref, "--out-dir", where,
+                     "--len-penalty", f"{value:g}", *(langs if multilingual else [])],
+                    _evaluate, averaged, src=src, ref=ref, out_dir=where, flags=[],
+                    mirror=mirror_dir, direction=direction if multilingual else None,
+                    len_penalty=value,
+                )  # fmt: skip
+                bleus.append(scored["scores"]["bleu"])
+            tried[f"{value:g}"] = sum(bleus) / len(bleus)
+        best = float(max(tried, key=tried.__getitem__))  # max keeps the first of equals
+        print(
+            "\nvalidation BLEU by len_penalty: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in tried.items())
+        )
+        n = max(
+            len(checkpoints_to_average(model_dir / "checkpoints", cfg.training.average_last)), 1
+        )
+        _stage(
+            ["average", model, "-n", str(n), "--out", averaged, "--force",
+             f"decoding.len_penalty={best:g}"],
+            _average, model, n=n, out=averaged, overrides=[f"decoding.len_penalty={best:g}"],
+        )  # fmt: skip
+        choice = {"len_penalty": best, "validation_bleu": tried}
+        choice_file.write_text(json.dumps(choice, indent=2) + "\n", encoding="utf-8")
 
     # ---- test: every available test split, BLEU / chrF / TER with signatures ----------------
     # A raw-text model is scored twice, from one translation (evaluate --moses-lc): cased

@@ -87,6 +87,12 @@ def add_average(sub) -> None:
     p.add_argument("-n", type=int, default=5, help="checkpoints to average (default: 5)")
     p.add_argument("--out", required=True, help="a .safetensors file or a model directory")
     p.add_argument("--force", action="store_true", help="replace an existing --out")
+    p.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key.sub=value",
+        help="changes to the written config.yaml, e.g. decoding.len_penalty=0.8",
+    )
     p.set_defaults(run=_run_average)
 
 
@@ -99,6 +105,8 @@ def _run_average(args) -> int:
         output_files=[("--out", args.out if weights_only else None)],
         replaced_dirs=[("--out", None if weights_only else args.out)],
     )
-    out = average_model_dir(args.model_dir, n=args.n, out=args.out, force=args.force)
+    out = average_model_dir(
+        args.model_dir, n=args.n, out=args.out, force=args.force, overrides=args.overrides
+    )
     print(f"wrote {out}")
     return 0

@@ -330,6 +330,11 @@ class TrainingConfig:
     """Checkpoints averaged into the exported model (1 = use the best checkpoint); only those
     from the second half of the run count (see
     ``seq2seq.train.checkpoints.checkpoints_to_average``)."""
+    tune_len_penalty: tuple[float, ...] = ()
+    """Length penalties a recipe tries on the validation set after averaging (empty = keep
+    ``decoding.len_penalty``): it decodes the validation split once per value and writes the
+    best (by BLEU) into the averaged model's ``decoding.len_penalty``, which evaluation, export
+    and serving then use (seq2seq/cli/recipe.py)."""
     log_every_steps: int = 50
     max_nonfinite: int = 10
     """Consecutive non-finite losses tolerated (each skips its update) before the run stops."""
@@ -381,6 +386,8 @@ class TrainingConfig:
         _positive(prefix, self, "eps")
         _at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha")
         _fraction(prefix, self, "rdrop_cutoff")
+        for value in self.tune_len_penalty:
+            DecodingConfig.check_value("len_penalty", value, prefix=prefix + "tune_len_penalty: ")
         for i, beta in enumerate(self.betas):
             if not 0.0 <= beta < 1.0:
                 raise InvalidValue(

@@ -220,7 +220,12 @@ def model_for_run(run_dir: str | Path, cfg: ExperimentConfig) -> Seq2SeqTransfor
 
 
 def average_model_dir(
-    model_dir: str | Path, *, n: int, out: str | Path, force: bool = False
+    model_dir: str | Path,
+    *,
+    n: int,
+    out: str | Path,
+    force: bool = False,
+    overrides: list[str] | tuple[str, ...] = (),
 ) -> Path:
     """Average the last ``n`` periodic checkpoints of a run directory into ``out``.
 
@@ -229,7 +234,8 @@ def average_model_dir(
     directory (config, SentencePiece model(s), weights, manifest) that loads, translates and
     evaluates like the one ``seq2seq train`` wrote. Either is written atomically: a kill
     leaves the previous ``out`` (or nothing), never a half-written one. An existing ``out``
-    is replaced only with ``force``.
+    is replaced only with ``force``. ``overrides`` (``key=value``, as on the command line)
+    change the written config, e.g. the ``decoding.len_penalty`` a recipe chose.
 
     Raises:
         CheckpointError: fewer than ``n`` periodic checkpoints, or unreadable ones; an
@@ -263,7 +269,7 @@ def average_model_dir(
         )
     paths = found[-n:]
     weights = average_checkpoints(paths)
-    cfg = load_config(model_dir / CONFIG_FILE)
+    cfg = load_config(model_dir / CONFIG_FILE, list(overrides))
     model = model_for_run(model_dir, cfg)
     try:
         model.load_state_dict(weights)
