@@ -10,6 +10,7 @@ over Multi30K en+de, tied embeddings, 4,096-token batches, float32, 2 CPU thread
     SEQ2SEQ_MIRROR=$SEQ2SEQ_MIRROR python benchmarks/train_throughput.py --steps 30
     python benchmarks/train_throughput.py --shape tiny            # Transformer-Tiny vs plain
     python benchmarks/train_throughput.py --shape demo --impls ours,ours-bf16   # bf16 vs fp32
+    python benchmarks/train_throughput.py --shape demo --impls ours,ours-rdrop,ours-simcut
     python benchmarks/train_throughput.py --shape demo \
         --impls ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off  # seq2seq.model.shape_buckets
 
@@ -100,6 +101,13 @@ IMPLS = {
     # training.keep_freed_memory=false (seq2seq/core/memory.py): glibc's malloc as it comes
     "ours-sysmalloc": "fp32, system malloc",
     "ours-bf16-sysmalloc": "bf16-mixed, system malloc",
+    # consistency regularisation (docs/training.md): two passes per update
+    "ours-rdrop": "fp32, R-Drop (training.rdrop_alpha=5)",
+    "ours-simcut": "fp32, SimCut (rdrop_alpha=3, rdrop_cutoff=0.05)",
+}
+REGULARISERS = {
+    "ours-rdrop": ["training.rdrop_alpha=5"],
+    "ours-simcut": ["training.rdrop_alpha=3", "training.rdrop_cutoff=0.05"],
 }
 LEVERS = {"ours-bf16-rows": {"rows"}, "ours-bf16-attn": {"attention"}, "ours-bf16-off": set()}
 
@@ -110,7 +118,8 @@ EXTRA: list[str] = []  # --dropout: model.dropout for both implementations
 def overrides(shape: str, impl: str = "ours") -> list[str]:
     precision = "bf16-mixed" if impl.startswith("ours-bf16") else "32"
     malloc = ["training.keep_freed_memory=false"] if impl.endswith("-sysmalloc") else []
-    return [*COMMON, *SHAPES[shape], f"training.precision={precision}", *malloc, *EXTRA]
+    extra = REGULARISERS.get(impl, [])
+    return [*COMMON, *SHAPES[shape], f"training.precision={precision}", *malloc, *extra, *EXTRA]
 
 
 def work_dir(shape: str) -> Path:
