@@ -34,7 +34,7 @@ from seq2seq.data import (
     VOCAB_FILE,
     read_vocab_map,
 )
-from seq2seq.model.directory import save_model_dir
+from seq2seq.model.directory import check_out_dir, save_model_dir
 from seq2seq.model.marian import ACTIVATIONS, from_marian_weights, marian_shapes, our_order
 from seq2seq.model.transformer import build_model
 
@@ -272,8 +272,7 @@ def convert_marian(
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     if not hf_dir.is_dir():
         raise UserError(f"Marian folder not found: {hf_dir}")
-    if out_dir.exists() and not force:
-        raise UserError(f"{out_dir} already exists; pass --force to replace it")
+    check_out_dir(out_dir, force=force)
     cfg = read_marian_config(hf_dir)
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (hf_dir / name).is_file():
