@@ -10,17 +10,21 @@ from __future__ import annotations
 from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
+    "BEAM_LIMIT": "schema",
     "ConfigError": "errors",
+    "InvalidValue": "errors",
     "DecodingConfig": "schema",
     "ExperimentConfig": "schema",
     "ExportConfig": "schema",
     "ModelConfig": "schema",
     "TrainingConfig": "schema",
     "apply_overrides": "loading",
+    "config_from_dict": "loading",
     "config_to_dict": "loading",
     "dump_config": "loading",
     "load_config": "loading",
     "model_data_changes": "loading",
+    "split_pair": "schema",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

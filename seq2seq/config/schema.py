@@ -12,19 +12,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from seq2seq.config.errors import InvalidValue
-from seq2seq.core import UserError
+from seq2seq.core import UserError, printable
 
 __all__ = [
     "ACCELERATORS",
+    "BEAM_LIMIT",
     "DataConfig",
     "DecodingConfig",
     "ExperimentConfig",
     "ExportConfig",
     "INT_LIMIT",
+    "LANG_CODE_RE",
     "METHODS",
     "ModelConfig",
     "SEED_LIMIT",
+    "SIZE_LIMITS",
     "TrainingConfig",
+    "split_pair",
 ]
 
 
@@ -47,12 +51,45 @@ def _positive(prefix: str, obj: Any, *keys: str) -> None:
             raise InvalidValue(prefix + key, f"must be > 0, got {value}")
 
 
+def _at_most(prefix: str, obj: Any, limits: dict[str, int]) -> None:
+    for key, maximum in limits.items():
+        value = getattr(obj, key)
+        if value > maximum:
+            raise InvalidValue(prefix + key, f"must be <= {maximum:,}, got {value:,}")
+
+
 def _fraction(prefix: str, obj: Any, *keys: str) -> None:
     """Each key in [0, 1)."""
     for key in keys:
         value = getattr(obj, key)
         if not 0.0 <= value < 1.0:
             raise InvalidValue(prefix + key, f"must be in [0, 1), got {value}")
+
+
+LANG_CODE_RE = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]{1,8})?")
+"""A language code as a pair names it: two or three letters (ISO 639-1 or -3), optionally an
+``_``-joined script or region (``pt_BR``, ``eng_Latn``, ``zh_Hant``)."""
+
+
+def split_pair(pair: Any, key: str = "data.pair") -> tuple[str, str]:
+    """``"en-de"`` -> ``("en", "de")``: the one check of a ``src-tgt`` language pair (a config's
+    ``data.pair`` and each of ``data.pairs``, ``prepare --pair``, ``convert --pair``).
+
+    Raises:
+        InvalidValue: not two different language codes (:data:`LANG_CODE_RE`) joined by one
+            ``-``, naming ``key``.
+    """
+    parts = pair.split("-") if isinstance(pair, str) else []
+    if (
+        len(parts) != 2
+        or not all(LANG_CODE_RE.fullmatch(part) for part in parts)
+        or parts[0].lower() == parts[1].lower()
+    ):
+        shown = printable(repr(pair))
+        raise InvalidValue(
+            key, f"is {shown}; expected src-tgt, two different language codes (en-de, pt_BR-en)"
+        )
+    return parts[0], parts[1]
 
 
 ACTIVATIONS = ("relu", "gelu", "swish")
@@ -163,6 +200,7 @@ class DataConfig:
         if self.pairs == ():
             if self.languages:
                 raise InvalidValue(prefix + "languages", "is used only with data.pairs: all")
+            split_pair(self.pair, prefix + "pair")
             return
         if isinstance(self.pairs, str) and self.pairs != "all":
             raise InvalidValue(
@@ -179,11 +217,7 @@ class DataConfig:
             raise InvalidValue(prefix + "langid", "cleans bilingual data only (data.pair)")
         seen = set()
         for item in () if self.pairs == "all" else self.pairs:
-            src, sep, tgt = item.partition("-")
-            if not sep or not src.strip() or not tgt.strip() or src.strip() == tgt.strip():
-                raise InvalidValue(
-                    prefix + "pairs", f"has {item!r}; expected src-tgt with two languages (en-de)"
-                )
+            split_pair(item, prefix + "pairs")
             if item.lower() in seen:
                 raise InvalidValue(prefix + "pairs", f"lists {item!r} twice")
             seen.add(item.lower())
@@ -194,6 +228,7 @@ class DataConfig:
         self._validate_directions(prefix)
         _choice(prefix, "dedup", self.dedup, ("none", "pairs", "sources"))
         _at_least(prefix, self, 8, "vocab_size")
+        _at_most(prefix, self, {"vocab_size": SIZE_LIMITS["vocab_size"]})
         _at_least(prefix, self, 1, "spm_max_sentences", "max_len", "max_tokens", "bucket_width")
         _at_least(prefix, self, 0, "num_workers", "max_train_pairs", "max_valid_pairs")
         _positive(prefix, self, "max_ratio")
@@ -206,6 +241,21 @@ class DataConfig:
                 prefix + "tsv_columns",
                 f"must be two different 0-based columns, got {list(self.tsv_columns)}",
             )
+
+
+SIZE_LIMITS = {
+    "d_model": 2**16,
+    "n_heads": 2**10,
+    "d_ff": 2**18,
+    "n_encoder_layers": 2**10,
+    "n_decoder_layers": 2**10,
+    "max_positions": 2**16,
+    "vocab_size": 2**21,
+}
+"""The largest model sizes a config may ask for (``data.vocab_size``, the rest in ``model.``):
+far above any translation model (NLLB-200: d_model 2,048, 24 layers, 256,206 pieces, 1,024
+positions), and far below what cannot be allocated: a size from a hostile or mistyped config
+(``max_positions: 1000000000``) is an error naming the key, not an attempt to allocate 100 GB."""
 
 
 @dataclass(frozen=True)
@@ -265,6 +315,7 @@ class ModelConfig:
         _at_least(prefix, self, 2, "max_positions")
         _at_least(prefix, self, 1, "window", "block_size")
         _at_least(prefix, self, 0, "prev_blocks")
+        _at_most(prefix, self, {k: v for k, v in SIZE_LIMITS.items() if k != "vocab_size"})
 
 
 @dataclass(frozen=True)
@@ -388,13 +439,18 @@ INT_LIMIT = 2**31 - 1
 """The largest count a search option may be (beam size, lengths, ``max_tokens``, ...): what a
 32-bit int holds, as CTranslate2's options and the search's index arithmetic need."""
 
+BEAM_LIMIT = 256
+"""The largest beam (and n-best) a search may use: the search allocates rows, a KV cache and
+log-probabilities for each of (sentences x beam), so a beam from a mistyped flag or a hostile
+config (10**9) must be refused before it allocates; far above any useful beam (4 to 12)."""
+
 SEED_LIMIT = 2**64
 """Seeds are in ``[0, SEED_LIMIT)``: the unsigned 64-bit range ``torch.Generator`` takes."""
 
 # Each numeric decoding field: ("int", lowest, highest) or ("float", rule).
 _DECODING_NUMBERS: dict[str, tuple] = {
-    "beam_size": ("int", 1, INT_LIMIT),
-    "nbest": ("int", 1, INT_LIMIT),
+    "beam_size": ("int", 1, BEAM_LIMIT),
+    "nbest": ("int", 1, BEAM_LIMIT),
     "min_len": ("int", 0, INT_LIMIT),
     "max_len_b": ("int", 0, INT_LIMIT),
     "no_repeat_ngram": ("int", 0, INT_LIMIT),
@@ -467,8 +523,8 @@ class DecodingConfig:
         :meth:`validate`, for callers that take a single option (``seq2seq score``'s
         ``len_penalty`` and ``max_tokens``, the command line before a model loads).
 
-        Integers must be ints (not bools) in their range (counts up to :data:`INT_LIMIT`,
-        seeds in ``[0, 2**64)``); floats must be numbers (not bools), finite (``unk_penalty``
+        Integers must be ints (not bools) in their range (beam and n-best up to
+        :data:`BEAM_LIMIT`, other counts up to :data:`INT_LIMIT`, seeds in ``[0, 2**64)``); floats must be numbers (not bools), finite (``unk_penalty``
         may be +inf) and in their range.
 
         Args:

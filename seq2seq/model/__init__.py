@@ -21,6 +21,7 @@ _HOMES = {
     "Seq2SeqTransformer": "transformer",
     "attention_mask_from_pad": "masks",
     "block_causal_mask": "masks",
+    "check_finite": "directory",
     "check_out_dir": "directory",
     "convert_marian": "convert",
     "build_model": "transformer",

@@ -48,6 +48,7 @@ __all__ = [
     "FORMAT_VERSION",
     "LoadedModel",
     "ModelDirError",
+    "check_finite",
     "check_out_dir",
     "held_model_files",
     "load_model_dir",
@@ -334,7 +335,7 @@ def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
             raise ModelDirError(f"{weights}: {name} has dtype {dtype}, not a floating type")
 
 
-def _finite(weights: Path, name: str, tensor: torch.Tensor) -> torch.Tensor:
+def _finite(weights: Path | str, name: str, tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``, refused if it holds NaN or infinity: such a model translates every line to
     garbage or to nothing, without any other sign (a diverged run, a corrupted average)."""
     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
@@ -344,6 +345,18 @@ def _finite(weights: Path, name: str, tensor: torch.Tensor) -> torch.Tensor:
             "the model is broken (a diverged run?)"
         )
     return tensor
+
+
+def check_finite(tensors: dict[str, torch.Tensor], where: Path | str) -> None:
+    """Refuse weights that hold NaN or infinity before they are written: every loader would
+    refuse the model (the same check, :func:`load_model_dir`).
+
+    Raises:
+        ModelDirError: naming ``where`` (the file the weights came from), the tensor and the
+            count of bad values.
+    """
+    for name, tensor in tensors.items():
+        _finite(where, name, tensor)
 
 
 def _copy_weights(weights: Path, model: torch.nn.Module) -> None:
