@@ -6,13 +6,27 @@ reading YAML and ``key.sub=value`` overrides is :mod:`seq2seq.config.loading`.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from seq2seq.config.checks import (
+    BEAM_LIMIT,
+    INT_LIMIT,
+    LANG_CODE_RE,
+    SEED_LIMIT,
+    SIZE_LIMITS,
+    at_least,
+    at_most,
+    check_float,
+    check_integer,
+    choice,
+    fraction,
+    positive,
+    split_pair,
+)
 from seq2seq.config.errors import InvalidValue
-from seq2seq.core import UserError, printable
+from seq2seq.core import UserError
 
 __all__ = [
     "ACCELERATORS",
@@ -30,66 +44,6 @@ __all__ = [
     "TrainingConfig",
     "split_pair",
 ]
-
-
-def _choice(prefix: str, key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise InvalidValue(prefix + key, f"is {value!r}; expected one of {', '.join(allowed)}")
-
-
-def _at_least(prefix: str, obj: Any, minimum: int | float, *keys: str) -> None:
-    for key in keys:
-        value = getattr(obj, key)
-        if not value >= minimum:  # also refuses NaN
-            raise InvalidValue(prefix + key, f"must be >= {minimum}, got {value}")
-
-
-def _positive(prefix: str, obj: Any, *keys: str) -> None:
-    for key in keys:
-        value = getattr(obj, key)
-        if not value > 0:
-            raise InvalidValue(prefix + key, f"must be > 0, got {value}")
-
-
-def _at_most(prefix: str, obj: Any, limits: dict[str, int]) -> None:
-    for key, maximum in limits.items():
-        value = getattr(obj, key)
-        if value > maximum:
-            raise InvalidValue(prefix + key, f"must be <= {maximum:,}, got {value:,}")
-
-
-def _fraction(prefix: str, obj: Any, *keys: str) -> None:
-    """Each key in [0, 1)."""
-    for key in keys:
-        value = getattr(obj, key)
-        if not 0.0 <= value < 1.0:
-            raise InvalidValue(prefix + key, f"must be in [0, 1), got {value}")
-
-
-LANG_CODE_RE = re.compile(r"[A-Za-z]{2,3}(?:_[A-Za-z0-9]{1,8})?")
-"""A language code as a pair names it: two or three letters (ISO 639-1 or -3), optionally an
-``_``-joined script or region (``pt_BR``, ``eng_Latn``, ``zh_Hant``)."""
-
-
-def split_pair(pair: Any, key: str = "data.pair") -> tuple[str, str]:
-    """``"en-de"`` -> ``("en", "de")``: the one check of a ``src-tgt`` language pair (a config's
-    ``data.pair`` and each of ``data.pairs``, ``prepare --pair``, ``convert --pair``).
-
-    Raises:
-        InvalidValue: not two different language codes (:data:`LANG_CODE_RE`) joined by one
-            ``-``, naming ``key``.
-    """
-    parts = pair.split("-") if isinstance(pair, str) else []
-    if (
-        len(parts) != 2
-        or not all(LANG_CODE_RE.fullmatch(part) for part in parts)
-        or parts[0].lower() == parts[1].lower()
-    ):
-        shown = printable(repr(pair))
-        raise InvalidValue(
-            key, f"is {shown}; expected src-tgt, two different language codes (en-de, pt_BR-en)"
-        )
-    return parts[0], parts[1]
 
 
 ACTIVATIONS = ("relu", "gelu", "swish")
@@ -196,7 +150,7 @@ class DataConfig:
         return tuple(found)
 
     def _validate_directions(self, prefix: str) -> None:
-        _positive(prefix, self, "sampling_temperature")
+        positive(prefix, self, "sampling_temperature")
         if self.pairs == ():
             if self.languages:
                 raise InvalidValue(prefix + "languages", "is used only with data.pairs: all")
@@ -224,14 +178,14 @@ class DataConfig:
 
     def validate(self, prefix: str = "data.") -> None:
         """Refuse values that cannot work, naming the key (:class:`InvalidValue`)."""
-        _choice(prefix, "spm_type", self.spm_type, ("bpe", "unigram"))
+        choice(prefix, "spm_type", self.spm_type, ("bpe", "unigram"))
         self._validate_directions(prefix)
-        _choice(prefix, "dedup", self.dedup, ("none", "pairs", "sources"))
-        _at_least(prefix, self, 8, "vocab_size")
-        _at_most(prefix, self, {"vocab_size": SIZE_LIMITS["vocab_size"]})
-        _at_least(prefix, self, 1, "spm_max_sentences", "max_len", "max_tokens", "bucket_width")
-        _at_least(prefix, self, 0, "num_workers", "max_train_pairs", "max_valid_pairs")
-        _positive(prefix, self, "max_ratio")
+        choice(prefix, "dedup", self.dedup, ("none", "pairs", "sources"))
+        at_least(prefix, self, 8, "vocab_size")
+        at_most(prefix, self, {"vocab_size": SIZE_LIMITS["vocab_size"]})
+        at_least(prefix, self, 1, "spm_max_sentences", "max_len", "max_tokens", "bucket_width")
+        at_least(prefix, self, 0, "num_workers", "max_train_pairs", "max_valid_pairs")
+        positive(prefix, self, "max_ratio")
         if not 0.0 < self.character_coverage <= 1.0:
             raise InvalidValue(
                 prefix + "character_coverage", f"must be in (0, 1], got {self.character_coverage}"
@@ -241,21 +195,6 @@ class DataConfig:
                 prefix + "tsv_columns",
                 f"must be two different 0-based columns, got {list(self.tsv_columns)}",
             )
-
-
-SIZE_LIMITS = {
-    "d_model": 2**16,
-    "n_heads": 2**10,
-    "d_ff": 2**18,
-    "n_encoder_layers": 2**10,
-    "n_decoder_layers": 2**10,
-    "max_positions": 2**16,
-    "vocab_size": 2**21,
-}
-"""The largest model sizes a config may ask for (``data.vocab_size``, the rest in ``model.``):
-far above any translation model (NLLB-200: d_model 2,048, 24 layers, 256,206 pieces, 1,024
-positions), and far below what cannot be allocated: a size from a hostile or mistyped config
-(``max_positions: 1000000000``) is an error naming the key, not an attempt to allocate 100 GB."""
 
 
 @dataclass(frozen=True)
@@ -301,21 +240,21 @@ class ModelConfig:
 
     def validate(self, prefix: str = "model.") -> None:
         """Refuse a shape or option that cannot build a model, naming the key."""
-        _at_least(prefix, self, 1, "d_model", "n_heads", "d_ff")
-        _at_least(prefix, self, 1, "n_encoder_layers", "n_decoder_layers")
+        at_least(prefix, self, 1, "d_model", "n_heads", "d_ff")
+        at_least(prefix, self, 1, "n_encoder_layers", "n_decoder_layers")
         if self.d_model % self.n_heads:
             raise InvalidValue(
                 prefix + "n_heads",
                 f"must divide {prefix}d_model ({self.d_model}), got {self.n_heads}",
             )
-        _fraction(prefix, self, "dropout", "attention_dropout", "activation_dropout")
-        _choice(prefix, "activation", self.activation, ACTIVATIONS)
-        _choice(prefix, "positions", self.positions, POSITIONS)
-        _choice(prefix, "decoder_mask", self.decoder_mask, ("causal", "window", "block"))
-        _at_least(prefix, self, 2, "max_positions")
-        _at_least(prefix, self, 1, "window", "block_size")
-        _at_least(prefix, self, 0, "prev_blocks")
-        _at_most(prefix, self, {k: v for k, v in SIZE_LIMITS.items() if k != "vocab_size"})
+        fraction(prefix, self, "dropout", "attention_dropout", "activation_dropout")
+        choice(prefix, "activation", self.activation, ACTIVATIONS)
+        choice(prefix, "positions", self.positions, POSITIONS)
+        choice(prefix, "decoder_mask", self.decoder_mask, ("causal", "window", "block"))
+        at_least(prefix, self, 2, "max_positions")
+        at_least(prefix, self, 1, "window", "block_size")
+        at_least(prefix, self, 0, "prev_blocks")
+        at_most(prefix, self, {k: v for k, v in SIZE_LIMITS.items() if k != "vocab_size"})
 
 
 @dataclass(frozen=True)
@@ -398,7 +337,7 @@ class TrainingConfig:
         """Refuse values Lightning would reject late (accelerator, devices, max_time), naming
         the key. The rest of the training section is checked by
         :func:`seq2seq.train.module.check_training_config` before a run starts."""
-        _choice(prefix, "accelerator", self.accelerator, ACCELERATORS)
+        choice(prefix, "accelerator", self.accelerator, ACCELERATORS)
         devices = self.devices.strip()
         parts = devices.split(",") if "," in devices else [devices]
         ok = devices == "auto" or all(p.strip().lstrip("-").isdigit() for p in parts)
@@ -421,9 +360,9 @@ class TrainingConfig:
                     prefix + "max_time",
                     f"is {self.max_time!r}; expected a duration DD:HH:MM:SS such as 00:12:00:00",
                 )
-        _at_least(prefix, self, 1, "num_nodes")
-        _positive(prefix, self, "eps")
-        _at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha")
+        at_least(prefix, self, 1, "num_nodes")
+        positive(prefix, self, "eps")
+        at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha")
         for i, beta in enumerate(self.betas):
             if not 0.0 <= beta < 1.0:
                 raise InvalidValue(
@@ -434,18 +373,6 @@ class TrainingConfig:
 
 METHODS = ("beam", "greedy", "sample")
 """The search methods (seq2seq.decode.beam, greedy, sampling)."""
-
-INT_LIMIT = 2**31 - 1
-"""The largest count a search option may be (beam size, lengths, ``max_tokens``, ...): what a
-32-bit int holds, as CTranslate2's options and the search's index arithmetic need."""
-
-BEAM_LIMIT = 256
-"""The largest beam (and n-best) a search may use: the search allocates rows, a KV cache and
-log-probabilities for each of (sentences x beam), so a beam from a mistyped flag or a hostile
-config (10**9) must be refused before it allocates; far above any useful beam (4 to 12)."""
-
-SEED_LIMIT = 2**64
-"""Seeds are in ``[0, SEED_LIMIT)``: the unsigned 64-bit range ``torch.Generator`` takes."""
 
 # Each numeric decoding field: ("int", lowest, highest) or ("float", rule).
 _DECODING_NUMBERS: dict[str, tuple] = {
@@ -463,36 +390,6 @@ _DECODING_NUMBERS: dict[str, tuple] = {
     "temperature": ("float", "positive"),
     "top_p": ("float", "fraction"),
 }
-
-
-def _check_integer(key: str, value: Any, low: int, high: int) -> None:
-    # bool is an int subclass: True would silently be a beam of 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidValue(key, f"must be an integer, got {value!r}")
-    if value < low:
-        raise InvalidValue(key, f"must be >= {low}, got {value}")
-    if value > high:
-        raise InvalidValue(key, f"must be <= {high}, got {value}")
-
-
-def _check_float(key: str, value: Any, rule: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidValue(key, f"must be a number, got {value!r}")
-    if rule == "penalty":  # +inf is fine: never generate the unknown token
-        if math.isnan(value) or value == -math.inf:
-            raise InvalidValue(key, f"must be a number or inf, got {value}")
-        return
-    if not math.isfinite(value):
-        raise InvalidValue(key, f"must be a finite number, got {value}")
-    if rule == "length":
-        if not value >= 0:
-            raise InvalidValue(key, f"must be >= 0, got {value}")
-        if value > INT_LIMIT:  # max_len_a * src_len must stay an int
-            raise InvalidValue(key, f"must be <= {INT_LIMIT}, got {value}")
-    elif rule == "positive" and not value > 0:
-        raise InvalidValue(key, f"must be > 0, got {value}")
-    elif rule == "fraction" and not 0.0 < value <= 1.0:
-        raise InvalidValue(key, f"must be in (0, 1], got {value}")
 
 
 @dataclass(frozen=True)
@@ -538,9 +435,9 @@ class DecodingConfig:
         """
         kind, *rule = _DECODING_NUMBERS[key]
         if kind == "int":
-            _check_integer(prefix + key, value, *rule)
+            check_integer(prefix + key, value, *rule)
         else:
-            _check_float(prefix + key, value, *rule)
+            check_float(prefix + key, value, *rule)
 
     def validate(self, prefix: str = "decoding.", *, search: bool = False) -> None:
         """Refuse search values that cannot work or would give garbage (a negative length
@@ -569,7 +466,7 @@ class DecodingConfig:
             )
         if not isinstance(self.method, str):
             raise InvalidValue(prefix + "method", f"must be a string, got {self.method!r}")
-        _choice(prefix, "method", self.method, METHODS)
+        choice(prefix, "method", self.method, METHODS)
         for key in _DECODING_NUMBERS:
             self.check_value(key, getattr(self, key), prefix)
         if self.max_len_a == 0 and self.max_len_b == 0:
@@ -598,11 +495,11 @@ class ExportConfig:
 
     def validate(self, prefix: str = "export.") -> None:
         """Refuse an unknown format or quantization, naming the key."""
-        _choice(prefix, "format", self.format, ("ctranslate2", "onnx"))
-        _choice(
+        choice(prefix, "format", self.format, ("ctranslate2", "onnx"))
+        choice(
             prefix, "quantization", self.quantization, ("none", "int8", "int8_float32", "float16")
         )
-        _at_least(prefix, self, 7, "opset")
+        at_least(prefix, self, 7, "opset")
 
 
 @dataclass(frozen=True)
