@@ -237,3 +237,15 @@ def test_signals_deferred_delivers_the_signal_after_the_steps(tmp_path):
             done.append(1)
     assert done == [1]
     assert signal.getsignal(signal.SIGINT) is handler
+
+
+def test_replacing_a_symlinked_folder_replaces_the_link_not_its_target(tmp_path):
+    target = _previous(tmp_path / "elsewhere")
+    (tmp_path / "out").mkdir()
+    link = tmp_path / "out" / "model"
+    link.symlink_to(target)
+    with atomic_dir(link, overwrite=True) as tmp:
+        (tmp / "new").write_text("the new model")
+    assert not link.is_symlink() and (link / "new").read_text() == "the new model"
+    assert (target / "old").read_text() == "the previous model"
+    assert _hidden(tmp_path / "out") == []

@@ -162,7 +162,16 @@ def recover_replaced(path: str | Path) -> None:
         )
     for kind in ("tmp", "trash"):
         for stale in _left_by_dead(path, kind):
-            shutil.rmtree(stale, ignore_errors=True)
+            _delete(stale)
+
+
+def _delete(path: Path) -> None:
+    """Delete a folder (a symlink: the link only), quietly: nothing anyone needs is in it."""
+    if path.is_symlink():
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _rename(src: Path, dst: Path) -> None:
@@ -220,7 +229,7 @@ def replace_dir(new: str | Path, path: str | Path) -> None:
     new, path = Path(new), Path(path)
     if _exchange(new, path):  # ``new`` now holds the previous folder
         _fsync_dir(path.parent)
-        shutil.rmtree(new, ignore_errors=True)
+        _delete(new)
         return
     old = path.with_name(f".{path.name}.old-{_owner_tag()}")
     trash = _trash_name(path)
@@ -233,7 +242,7 @@ def replace_dir(new: str | Path, path: str | Path) -> None:
             raise
         _rename(old, trash)  # no longer needed by anyone: the next write may delete it
     _fsync_dir(path.parent)
-    shutil.rmtree(trash, ignore_errors=True)
+    _delete(trash)
 
 
 def discard_dir(path: str | Path) -> None:
