@@ -188,7 +188,9 @@ def test_average_never_overwrites_without_force_and_writes_atomically(
     (other / "precious.txt").write_text("keep me", encoding="utf-8")
     assert main(["average", str(run), "-n", "2", "--out", str(other)]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"seq2seq average: error: {other} already exists; pass --force to replace it"
+    assert (
+        err == f"seq2seq average: error: --out {other} already exists; pass --force to replace it"
+    )
     assert (other / "precious.txt").read_text(encoding="utf-8") == "keep me"
     # a failure in the middle of writing (a kill, a full disk) leaves the old output whole
     out = tmp_path / "avg"

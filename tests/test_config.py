@@ -201,12 +201,34 @@ TINY = ["model.d_model=32", "model.n_heads=2"]
         ("decoding.top_p=0", "decoding.top_p in the command line must be in (0, 1], got 0.0"),
         ("decoding.method=viterbi", "decoding.method in the command line is 'viterbi'"),
         ("export.quantization=int4", "export.quantization in the command line is 'int4'"),
+        # sizes nothing could allocate, and a beam the search would allocate rows for (issue 44)
+        (
+            "model.max_positions=1000000000",
+            "model.max_positions in the command line must be <= 65,536, got 1,000,000,000",
+        ),
+        ("model.d_ff=10**9", "model.d_ff in the command line must be int"),
+        ("model.d_ff=1000000000", "model.d_ff in the command line must be <= 262,144"),
+        ("model.n_decoder_layers=5000", "model.n_decoder_layers in the command line must be <="),
+        ("data.vocab_size=100000000", "data.vocab_size in the command line must be <= 2,097,152"),
+        ("decoding.beam_size=1000000000", "decoding.beam_size in the command line must be <= 256"),
+        ("decoding.nbest=257", "decoding.nbest in the command line must be <= 256, got 257"),
+        # the one check of a language pair
+        ("data.pair=en", "data.pair in the command line is 'en'; expected src-tgt"),
+        ("data.pair=en-de-fr", "data.pair in the command line is 'en-de-fr'; expected src-tgt"),
+        ("data.pair=../x-y", "data.pair in the command line is '../x-y'; expected src-tgt"),
+        ("data.pair=en-EN", "data.pair in the command line is 'en-EN'; expected src-tgt"),
+        ("data.pairs=[en-de, ../x-y]", "data.pairs in the command line is '../x-y'"),
     ],
 )
 def test_values_that_cannot_work_are_refused_at_load_naming_the_key(override, expected):
     with pytest.raises(ConfigError) as e:
         load_config(None, [*TINY, override])
     assert str(e.value).startswith(expected), str(e.value)
+
+
+@pytest.mark.parametrize("pair", ["en-de", "src-tgt", "pt_BR-en", "eng_Latn-fra_Latn", "DE-en"])
+def test_language_pairs_of_codes_pass(pair):
+    assert load_config(None, [*TINY, f"data.pair={pair}"]).data.pair == pair
 
 
 def test_a_bad_value_in_a_file_names_the_file_and_an_override_can_fix_it(tmp_path):

@@ -108,7 +108,7 @@ def test_unknown_names_are_user_errors(tmp_path):
         prepare_corpus("nope", "en-de", tmp_path)
     with pytest.raises(UserError, match="no language 'xx'"):
         prepare_corpus("multi30k", "en-xx", tmp_path)
-    with pytest.raises(UserError, match="must look like src-tgt"):
+    with pytest.raises(UserError, match="language pair is .en.; expected src-tgt"):
         prepare_corpus("multi30k", "en", tmp_path)
     with pytest.raises(UserError, match="no variant 'tok'"):
         prepare_corpus("wmt14", "en-de", tmp_path, variant="tok")

@@ -283,7 +283,7 @@ def test_interrupted_onnx_export_leaves_nothing_and_keeps_the_old_one(tmp_path, 
         export_onnx(model_dir, tmp_path / "out", force=True)
     assert _leftovers(tmp_path, model_dir) == ["out"]
     assert (old / "export.json").read_text() == before
-    with pytest.raises(ExportError, match="already exists; pass --force"):
+    with pytest.raises(ExportError, match="already holds a model .*; pass --force"):
         export_onnx(model_dir, tmp_path / "out")
 
 

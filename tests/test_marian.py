@@ -184,6 +184,55 @@ def marian_separate(tmp_path_factory, mirror):
     return _build_marian(tmp_path_factory.mktemp("marian_separate"), mirror, separate=True)
 
 
+def _build_tiny_marian(root: Path) -> Path:
+    """An untrained Marian folder (d_model 16, one layer each side), as ``save_pretrained``
+    leaves it: quick to build, for the checks that convert refuses bad input."""
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    lines = [s for s, _ in synthetic_pairs(200)]
+    root.mkdir(parents=True, exist_ok=True)
+    spm_model = _train_spm(lines, root / "spm", 60)
+    hf_dir = root / "hf"
+    hf_dir.mkdir()
+    vocab = _marian_vocab(spm_model)
+    (hf_dir / "vocab.json").write_text(json.dumps(vocab), encoding="utf-8")
+    for name in ("source.spm", "target.spm"):
+        (hf_dir / name).write_bytes(spm_model.read_bytes())
+    tok = MarianTokenizer(
+        vocab=str(hf_dir / "vocab.json"),
+        source_spm=str(hf_dir / "source.spm"),
+        target_spm=str(hf_dir / "target.spm"),
+        source_lang="en",
+        target_lang="de",
+    )
+    config = MarianConfig(
+        vocab_size=len(vocab),
+        decoder_vocab_size=len(vocab),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        pad_token_id=vocab["<pad>"],
+        eos_token_id=0,
+        decoder_start_token_id=vocab["<pad>"],
+        forced_eos_token_id=0,
+    )
+    torch.manual_seed(0)
+    MarianMTModel(config).save_pretrained(hf_dir)
+    tok.save_pretrained(hf_dir)
+    return hf_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_marian(tmp_path_factory) -> Path:
+    """An untrained tiny Marian folder (not converted)."""
+    return _build_tiny_marian(tmp_path_factory.mktemp("tiny_marian"))
+
+
 BOTH = pytest.mark.parametrize("which", ["marian", "marian_separate"])
 
 
@@ -422,6 +471,101 @@ def test_bad_folder_fails_in_one_line_and_writes_nothing(marian, tmp_path, capfd
     assert status != 0
     lines = err.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], err
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+def _edited(hf_dir: Path, out: Path, file: str, **values) -> Path:
+    import shutil
+
+    shutil.copytree(hf_dir, out)
+    data = json.loads((out / file).read_text())
+    (out / file).write_text(json.dumps({**data, **values}))
+    return out
+
+
+HOSTILE_CONFIGS = [
+    # (file, values, the one line's words): each checked by the toolkit's one config check
+    ("config.json", {"encoder_attention_heads": 0, "decoder_attention_heads": 0},
+     "config.json: encoder_attention_heads must be >= 1, got 0"),
+    ("config.json", {"encoder_attention_heads": 3, "decoder_attention_heads": 3},
+     "config.json: encoder_attention_heads must divide d_model (16), got 3"),
+    ("config.json", {"max_position_embeddings": "64"},
+     "config.json: max_position_embeddings must be int, got '64'"),
+    ("config.json", {"max_position_embeddings": [64]},
+     "config.json: max_position_embeddings must be int, got [64]"),
+    ("config.json", {"max_position_embeddings": 10**9},
+     "config.json: max_position_embeddings must be <= 65,536, got 1,000,000,000"),
+    ("config.json", {"activation_function": ["swish"]},
+     "config.json: activation_function ['swish'] is not one of"),
+    ("config.json", {"activation_function": "\x1b[31mswish"},
+     "config.json: activation_function '\\x1b[31mswish' is not one of"),
+    ("config.json", {"dropout": [0.1]}, "config.json: dropout must be float, got [0.1]"),
+    ("config.json", {"dropout": "lots"}, "config.json: dropout must be float, got 'lots'"),
+    ("config.json", {"dropout": 1.5}, "config.json: dropout must be in [0, 1), got 1.5"),
+    ("config.json", {"scale_embedding": "yes"},
+     "config.json: scale_embedding must be bool, got 'yes'"),
+    ("generation_config.json", {"num_beams": 10**9},
+     "generation_config.json: num_beams must be <= 256, got 1000000000"),
+    ("generation_config.json", {"num_beams": "4"},
+     "generation_config.json: num_beams must be int, got '4'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("file, values, words", HOSTILE_CONFIGS)
+def test_a_hostile_config_is_one_line_and_nothing_is_written(
+    tiny_marian, tmp_path, capfd, file, values, words
+):
+    bad = _edited(tiny_marian, tmp_path / "bad", file, **values)
+    out = tmp_path / "out"
+    status, _, err = _main(capfd, "convert", "marian", str(bad), "--out", str(out))
+    assert status == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith(f"seq2seq convert: error: {bad / words}"), err
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+def test_the_tiny_folder_converts_and_its_beam_is_the_models(tiny_marian, tmp_path, capfd):
+    bad = _edited(tiny_marian, tmp_path / "six", "generation_config.json", num_beams=6)
+    status, _, err = _main(capfd, "convert", "marian", str(bad), "--out", str(tmp_path / "m"))
+    assert status == 0, err
+    from seq2seq.model.directory import load_model_dir
+
+    loaded = load_model_dir(tmp_path / "m")
+    assert loaded.cfg.decoding.beam_size == 6 and loaded.cfg.data.pair == "en-de"
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_weight_is_refused_before_anything_is_written(
+    tiny_marian, tmp_path, capfd, value
+):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_marian, bad)
+    tensors = load_file(str(bad / "model.safetensors"))
+    tensors["model.decoder.layers.0.fc2.weight"][3, 1] = value
+    save_file(tensors, str(bad / "model.safetensors"), metadata={"format": "pt"})
+    out = tmp_path / "out"
+    status, _, err = _main(capfd, "convert", "marian", str(bad), "--out", str(out))
+    assert status == 2
+    assert err.strip() == (
+        f"seq2seq convert: error: {bad / 'model.safetensors'}: model.decoder.layers.0.fc2.weight "
+        "holds 1 NaN or infinite values of 512; the model is broken (a diverged run?)"
+    )
+    assert not out.exists() and not list(tmp_path.glob(".out*"))
+
+
+@pytest.mark.parametrize("pair", ["en", "", "en-de-fr", "../x-y", "en-en", "\x1b[2Jen-de"])
+def test_a_bad_pair_is_refused_before_anything_is_written(tiny_marian, tmp_path, capfd, pair):
+    out = tmp_path / "out"
+    status, _, err = _main(capfd, "convert", "marian", str(tiny_marian), "--out", str(out),
+                           "--pair", pair)  # fmt: skip
+    assert status == 2
+    (line,) = err.strip().splitlines()
+    assert line.startswith("seq2seq convert: error: --pair is ") and "expected src-tgt" in line
+    assert "\x1b" not in line
     assert not out.exists() and not list(tmp_path.glob(".out*"))
 
 

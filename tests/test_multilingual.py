@@ -150,6 +150,34 @@ def test_unknown_directions_are_one_line_errors_listing_the_known_ones(src, tgt,
     assert "\n" not in str(e.value)
 
 
+def test_user_codes_in_a_direction_error_are_terminal_safe():
+    # An escape sequence and a newline in --target-lang used to reach the terminal raw.
+    with pytest.raises(UserError) as e:
+        resolve_direction(DIRS, "\x1b[2Jen", "fr\nfake line\u202e")
+    message = str(e.value)
+    assert message.isprintable(), message
+    assert message.startswith("the model does not translate \\x1b[2jen-fr\\nfake line\\u202e; ")
+
+
+def test_cli_errors_are_one_terminal_safe_line(tmp_path, capfd):
+    from factories import make_model_dir
+
+    from seq2seq.cli import main
+
+    model = make_model_dir(tmp_path / "m")
+    src = tmp_path / "in.txt"
+    src.write_text("a man\n", encoding="utf-8")
+    capfd.readouterr()
+    for argv in (
+        ["translate", str(model), "-i", str(src), "--target-lang", "\x1b[31mfr\nINJECTED"],
+        ["translate", str(model), "-i", str(tmp_path / "no\nsuch\x1b]0;title\x07file")],
+    ):
+        assert main(argv) == 2
+        err = capfd.readouterr().err
+        assert err.count("\n") == 1 and err.endswith("\n"), err
+        assert err[:-1].isprintable() and "\\x1b" in err, err
+
+
 def test_bilingual_direction_is_checked():
     with pytest.raises(UserError, match="does not translate en-fr; the model translates en-de"):
         resolve_direction((("en", "de"),), "en", "fr")

@@ -76,9 +76,11 @@ NATIVE_BAD = [
     ({"beam_size": "4"}, "field 'beam_size': Input should be a valid integer"),
     ({"beam_size": [4]}, "field 'beam_size'"),
     ({"beam_size": 0}, "beam_size must be >= 1, got 0"),
-    ({"beam_size": 2**31}, "beam_size must be <= 2147483647, got 2147483648"),
+    ({"beam_size": 2**31}, "beam_size must be <= 256, got 2147483648"),
+    ({"beam_size": 10**9}, "beam_size must be <= 256, got 1000000000"),
     ({"nbest": False}, "field 'nbest'"),
     ({"nbest": 0}, "nbest must be >= 1, got 0"),
+    ({"nbest": 10**9}, "nbest must be <= 256, got 1000000000"),
     ({"len_penalty": True}, "field 'len_penalty': Input should be a valid number"),
     ({"len_penalty": "1.0"}, "field 'len_penalty': Input should be a valid number"),
     ({"min_len": -1}, "min_len must be >= 0, got -1"),
@@ -244,6 +246,8 @@ SAME_EVERYWHERE = [
     (["--max-len-a", "inf"], dict(max_len_a=math.inf),
      "max_len_a must be a finite number, got inf"),
     (["--top-k", str(2**31)], dict(top_k=2**31), f"top_k must be <= {2**31 - 1}, got {2**31}"),
+    # a beam the search would allocate rows for: refused before it does, for every model
+    (["--beam", str(10**9)], dict(beam_size=10**9), "beam_size must be <= 256, got 1000000000"),
 ]  # fmt: skip
 
 

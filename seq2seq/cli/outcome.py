@@ -1,6 +1,9 @@
 """How a command ends: its exit status and the one line it prints when it fails or is stopped.
 
-User mistakes (:class:`seq2seq.core.errors.UserError`) print one line on stderr and exit 2;
+User mistakes (:class:`seq2seq.core.errors.UserError`) print one line on stderr and exit 2,
+made terminal-safe here (:func:`seq2seq.core.printable`): whatever a message quotes (a
+language code, a file name, a line of input), no newline splits it and no escape sequence
+reaches the terminal;
 debugging (``--debug`` or ``SEQ2SEQ_DEBUG=1``) shows the traceback instead. A command stopped
 by SIGINT exits 130, by SIGTERM 143, with one line saying how to continue
 (:mod:`seq2seq.core.signals`). The ``seq2seq`` command and the recipes' stages both end this way.
@@ -14,7 +17,7 @@ import signal
 import sys
 from collections.abc import Callable
 
-from seq2seq.core import Stopped, UserError, raise_on_sigterm
+from seq2seq.core import Stopped, UserError, printable, raise_on_sigterm
 
 __all__ = ["run_command"]
 
@@ -47,12 +50,13 @@ def run_command(
     except UserError as e:
         if debug:
             raise
-        print(f"seq2seq {command}: error: {e}", file=sys.stderr)
+        print(f"seq2seq {command}: error: {printable(str(e))}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, Stopped) as e:
         stop = e if isinstance(e, Stopped) else Stopped(signal.SIGINT)
         hint = on_stop()
-        print(f"seq2seq {command}: {stop}" + (f"; {hint}" if hint else ""), file=sys.stderr)
+        line = f"seq2seq {command}: {stop}" + (f"; {hint}" if hint else "")
+        print(printable(line), file=sys.stderr)
         return stop.exit_status
     except BrokenPipeError:
         # The reader went away (`seq2seq translate ... | head`): not an error of ours.

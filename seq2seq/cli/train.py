@@ -19,7 +19,8 @@ def add_train(sub) -> None:
         "Train a translator into a self-contained model directory (config, SentencePiece,\n"
         "checkpoints, logs, and the exported model.safetensors + manifest at the end).\n"
         "--resume DIR continues a run exactly where its last checkpoint left it; overrides\n"
-        "may then change the training section (e.g. training.max_steps), not the model or data.",
+        "may then change the training section (e.g. training.max_steps), not the model or data.\n"
+        "An --out that already holds a model or a run is refused unless --force (which deletes it).",
         "seq2seq train --config configs/multi30k_quick.yaml --out runs/m30k\n"
         "seq2seq train --config configs/multi30k_quick.yaml --out runs/m30k "
         "training.max_steps=2000 model.dropout=0.3\n"
@@ -29,6 +30,11 @@ def add_train(sub) -> None:
     )
     add_config_args(p)
     p.add_argument("--out", metavar="DIR", help="model directory to create")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="--out DIR holds a model or a run: delete it and start a new run there",
+    )
     p.add_argument("--resume", metavar="DIR", help="continue the run in DIR from its last.ckpt")
     p.add_argument(
         "--init-from",
@@ -53,13 +59,14 @@ def _run_train(args) -> int:
     out = args.resume or args.out
     if not out:
         raise UserError("give --out DIR for a new run, or --resume DIR")
+    if args.force and args.resume:
+        raise UserError("--force starts a new run: give it with --out DIR, not --resume")
+    out_what = "--resume" if args.resume else "--out"
     check_paths(
         input_files=[("--config", args.config)],
         input_dirs=[("--mirror", args.mirror), ("--init-from", args.init_from)],
-        output_dirs=[
-            ("--resume" if args.resume else "--out", out),
-            ("--cache-dir", args.cache_dir),
-        ],
+        output_dirs=[(out_what, None if args.force else out), ("--cache-dir", args.cache_dir)],
+        replaced_dirs=[(out_what, out if args.force else None)],
     )
     cfg = resolve_config(
         out,
@@ -68,7 +75,14 @@ def _run_train(args) -> int:
         overrides=args.overrides,
         init_from=args.init_from,
     )
-    train(cfg, out, resume=bool(args.resume), mirror=args.mirror, cache_dir=args.cache_dir)
+    train(
+        cfg,
+        out,
+        resume=bool(args.resume),
+        force=args.force,
+        mirror=args.mirror,
+        cache_dir=args.cache_dir,
+    )
     return 0
 
 

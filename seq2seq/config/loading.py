@@ -68,6 +68,11 @@ def _type_name(tp: Any) -> str:
 _FLOAT_RE = re.compile(r"[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
+def _wrong(key: str, source: str, text: str) -> ConfigError:
+    """A value of the wrong type or shape: ``KEY in SOURCE TEXT``, with its key and text."""
+    return ConfigError(f"{key} in {source} {text}", key=key, text=text)
+
+
 def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     """Check ``value`` against the annotation ``tp`` and convert where lossless (int -> float)."""
     origin = typing.get_origin(tp)
@@ -83,14 +88,14 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
                 return _coerce(value, arg, key, source)
             except ConfigError as e:
                 errors.append(e)
-        raise ConfigError(f"{key} in {source} must be {_type_name(tp)}, got {value!r}")
+        raise _wrong(key, source, f"must be {_type_name(tp)}, got {value!r}")
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{key} in {source} must be a list ({_type_name(tp)}), got {value!r}")
+            raise _wrong(key, source, f"must be a list ({_type_name(tp)}), got {value!r}")
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(v, args[0], key, source) for v in value)
         if len(value) != len(args):
-            raise ConfigError(f"{key} in {source} must have {len(args)} items, got {len(value)}")
+            raise _wrong(key, source, f"must have {len(args)} items, got {len(value)}")
         return tuple(_coerce(v, a, key, source) for v, a in zip(value, args))
     if tp is bool:
         if isinstance(value, bool):
@@ -106,7 +111,7 @@ def _coerce(value: Any, tp: Any, key: str, source: str) -> Any:
     elif tp is str:
         if isinstance(value, str):
             return value
-    raise ConfigError(f"{key} in {source} must be {_type_name(tp)}, got {value!r}")
+    raise _wrong(key, source, f"must be {_type_name(tp)}, got {value!r}")
 
 
 def _build(cls: type, data: Any, prefix: str, source: str) -> Any:

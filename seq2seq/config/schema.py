@@ -6,53 +6,44 @@ reading YAML and ``key.sub=value`` overrides is :mod:`seq2seq.config.loading`.
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from seq2seq.config.checks import (
+    BEAM_LIMIT,
+    INT_LIMIT,
+    LANG_CODE_RE,
+    SEED_LIMIT,
+    SIZE_LIMITS,
+    at_least,
+    at_most,
+    check_float,
+    check_integer,
+    choice,
+    fraction,
+    positive,
+    split_pair,
+)
 from seq2seq.config.errors import InvalidValue
 from seq2seq.core import UserError
 
 __all__ = [
     "ACCELERATORS",
+    "BEAM_LIMIT",
     "DataConfig",
     "DecodingConfig",
     "ExperimentConfig",
     "ExportConfig",
     "INT_LIMIT",
+    "LANG_CODE_RE",
     "METHODS",
     "ModelConfig",
     "SEED_LIMIT",
+    "SIZE_LIMITS",
     "TrainingConfig",
+    "split_pair",
 ]
-
-
-def _choice(prefix: str, key: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise InvalidValue(prefix + key, f"is {value!r}; expected one of {', '.join(allowed)}")
-
-
-def _at_least(prefix: str, obj: Any, minimum: int | float, *keys: str) -> None:
-    for key in keys:
-        value = getattr(obj, key)
-        if not value >= minimum:  # also refuses NaN
-            raise InvalidValue(prefix + key, f"must be >= {minimum}, got {value}")
-
-
-def _positive(prefix: str, obj: Any, *keys: str) -> None:
-    for key in keys:
-        value = getattr(obj, key)
-        if not value > 0:
-            raise InvalidValue(prefix + key, f"must be > 0, got {value}")
-
-
-def _fraction(prefix: str, obj: Any, *keys: str) -> None:
-    """Each key in [0, 1)."""
-    for key in keys:
-        value = getattr(obj, key)
-        if not 0.0 <= value < 1.0:
-            raise InvalidValue(prefix + key, f"must be in [0, 1), got {value}")
 
 
 ACTIVATIONS = ("relu", "gelu", "swish")
@@ -159,10 +150,11 @@ class DataConfig:
         return tuple(found)
 
     def _validate_directions(self, prefix: str) -> None:
-        _positive(prefix, self, "sampling_temperature")
+        positive(prefix, self, "sampling_temperature")
         if self.pairs == ():
             if self.languages:
                 raise InvalidValue(prefix + "languages", "is used only with data.pairs: all")
+            split_pair(self.pair, prefix + "pair")
             return
         if isinstance(self.pairs, str) and self.pairs != "all":
             raise InvalidValue(
@@ -179,24 +171,21 @@ class DataConfig:
             raise InvalidValue(prefix + "langid", "cleans bilingual data only (data.pair)")
         seen = set()
         for item in () if self.pairs == "all" else self.pairs:
-            src, sep, tgt = item.partition("-")
-            if not sep or not src.strip() or not tgt.strip() or src.strip() == tgt.strip():
-                raise InvalidValue(
-                    prefix + "pairs", f"has {item!r}; expected src-tgt with two languages (en-de)"
-                )
+            split_pair(item, prefix + "pairs")
             if item.lower() in seen:
                 raise InvalidValue(prefix + "pairs", f"lists {item!r} twice")
             seen.add(item.lower())
 
     def validate(self, prefix: str = "data.") -> None:
         """Refuse values that cannot work, naming the key (:class:`InvalidValue`)."""
-        _choice(prefix, "spm_type", self.spm_type, ("bpe", "unigram"))
+        choice(prefix, "spm_type", self.spm_type, ("bpe", "unigram"))
         self._validate_directions(prefix)
-        _choice(prefix, "dedup", self.dedup, ("none", "pairs", "sources"))
-        _at_least(prefix, self, 8, "vocab_size")
-        _at_least(prefix, self, 1, "spm_max_sentences", "max_len", "max_tokens", "bucket_width")
-        _at_least(prefix, self, 0, "num_workers", "max_train_pairs", "max_valid_pairs")
-        _positive(prefix, self, "max_ratio")
+        choice(prefix, "dedup", self.dedup, ("none", "pairs", "sources"))
+        at_least(prefix, self, 8, "vocab_size")
+        at_most(prefix, self, {"vocab_size": SIZE_LIMITS["vocab_size"]})
+        at_least(prefix, self, 1, "spm_max_sentences", "max_len", "max_tokens", "bucket_width")
+        at_least(prefix, self, 0, "num_workers", "max_train_pairs", "max_valid_pairs")
+        positive(prefix, self, "max_ratio")
         if not 0.0 < self.character_coverage <= 1.0:
             raise InvalidValue(
                 prefix + "character_coverage", f"must be in (0, 1], got {self.character_coverage}"
@@ -251,20 +240,21 @@ class ModelConfig:
 
     def validate(self, prefix: str = "model.") -> None:
         """Refuse a shape or option that cannot build a model, naming the key."""
-        _at_least(prefix, self, 1, "d_model", "n_heads", "d_ff")
-        _at_least(prefix, self, 1, "n_encoder_layers", "n_decoder_layers")
+        at_least(prefix, self, 1, "d_model", "n_heads", "d_ff")
+        at_least(prefix, self, 1, "n_encoder_layers", "n_decoder_layers")
         if self.d_model % self.n_heads:
             raise InvalidValue(
                 prefix + "n_heads",
                 f"must divide {prefix}d_model ({self.d_model}), got {self.n_heads}",
             )
-        _fraction(prefix, self, "dropout", "attention_dropout", "activation_dropout")
-        _choice(prefix, "activation", self.activation, ACTIVATIONS)
-        _choice(prefix, "positions", self.positions, POSITIONS)
-        _choice(prefix, "decoder_mask", self.decoder_mask, ("causal", "window", "block"))
-        _at_least(prefix, self, 2, "max_positions")
-        _at_least(prefix, self, 1, "window", "block_size")
-        _at_least(prefix, self, 0, "prev_blocks")
+        fraction(prefix, self, "dropout", "attention_dropout", "activation_dropout")
+        choice(prefix, "activation", self.activation, ACTIVATIONS)
+        choice(prefix, "positions", self.positions, POSITIONS)
+        choice(prefix, "decoder_mask", self.decoder_mask, ("causal", "window", "block"))
+        at_least(prefix, self, 2, "max_positions")
+        at_least(prefix, self, 1, "window", "block_size")
+        at_least(prefix, self, 0, "prev_blocks")
+        at_most(prefix, self, {k: v for k, v in SIZE_LIMITS.items() if k != "vocab_size"})
 
 
 @dataclass(frozen=True)
@@ -359,7 +349,7 @@ class TrainingConfig:
         """Refuse values Lightning would reject late (accelerator, devices, max_time), naming
         the key. The rest of the training section is checked by
         :func:`seq2seq.train.module.check_training_config` before a run starts."""
-        _choice(prefix, "accelerator", self.accelerator, ACCELERATORS)
+        choice(prefix, "accelerator", self.accelerator, ACCELERATORS)
         devices = self.devices.strip()
         parts = devices.split(",") if "," in devices else [devices]
         ok = devices == "auto" or all(p.strip().lstrip("-").isdigit() for p in parts)
@@ -382,10 +372,10 @@ class TrainingConfig:
                     prefix + "max_time",
                     f"is {self.max_time!r}; expected a duration DD:HH:MM:SS such as 00:12:00:00",
                 )
-        _at_least(prefix, self, 1, "num_nodes")
-        _positive(prefix, self, "eps")
-        _at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha")
-        _fraction(prefix, self, "rdrop_cutoff")
+        at_least(prefix, self, 1, "num_nodes")
+        positive(prefix, self, "eps")
+        at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha")
+        fraction(prefix, self, "rdrop_cutoff")
         for value in self.tune_len_penalty:
             DecodingConfig.check_value("len_penalty", value, prefix=prefix + "tune_len_penalty: ")
         for i, beta in enumerate(self.betas):
@@ -399,17 +389,10 @@ class TrainingConfig:
 METHODS = ("beam", "greedy", "sample")
 """The search methods (seq2seq.decode.beam, greedy, sampling)."""
 
-INT_LIMIT = 2**31 - 1
-"""The largest count a search option may be (beam size, lengths, ``max_tokens``, ...): what a
-32-bit int holds, as CTranslate2's options and the search's index arithmetic need."""
-
-SEED_LIMIT = 2**64
-"""Seeds are in ``[0, SEED_LIMIT)``: the unsigned 64-bit range ``torch.Generator`` takes."""
-
 # Each numeric decoding field: ("int", lowest, highest) or ("float", rule).
 _DECODING_NUMBERS: dict[str, tuple] = {
-    "beam_size": ("int", 1, INT_LIMIT),
-    "nbest": ("int", 1, INT_LIMIT),
+    "beam_size": ("int", 1, BEAM_LIMIT),
+    "nbest": ("int", 1, BEAM_LIMIT),
     "min_len": ("int", 0, INT_LIMIT),
     "max_len_b": ("int", 0, INT_LIMIT),
     "no_repeat_ngram": ("int", 0, INT_LIMIT),
@@ -422,36 +405,6 @@ _DECODING_NUMBERS: dict[str, tuple] = {
     "temperature": ("float", "positive"),
     "top_p": ("float", "fraction"),
 }
-
-
-def _check_integer(key: str, value: Any, low: int, high: int) -> None:
-    # bool is an int subclass: True would silently be a beam of 1.
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidValue(key, f"must be an integer, got {value!r}")
-    if value < low:
-        raise InvalidValue(key, f"must be >= {low}, got {value}")
-    if value > high:
-        raise InvalidValue(key, f"must be <= {high}, got {value}")
-
-
-def _check_float(key: str, value: Any, rule: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidValue(key, f"must be a number, got {value!r}")
-    if rule == "penalty":  # +inf is fine: never generate the unknown token
-        if math.isnan(value) or value == -math.inf:
-            raise InvalidValue(key, f"must be a number or inf, got {value}")
-        return
-    if not math.isfinite(value):
-        raise InvalidValue(key, f"must be a finite number, got {value}")
-    if rule == "length":
-        if not value >= 0:
-            raise InvalidValue(key, f"must be >= 0, got {value}")
-        if value > INT_LIMIT:  # max_len_a * src_len must stay an int
-            raise InvalidValue(key, f"must be <= {INT_LIMIT}, got {value}")
-    elif rule == "positive" and not value > 0:
-        raise InvalidValue(key, f"must be > 0, got {value}")
-    elif rule == "fraction" and not 0.0 < value <= 1.0:
-        raise InvalidValue(key, f"must be in (0, 1], got {value}")
 
 
 @dataclass(frozen=True)
@@ -482,8 +435,8 @@ class DecodingConfig:
         :meth:`validate`, for callers that take a single option (``seq2seq score``'s
         ``len_penalty`` and ``max_tokens``, the command line before a model loads).
 
-        Integers must be ints (not bools) in their range (counts up to :data:`INT_LIMIT`,
-        seeds in ``[0, 2**64)``); floats must be numbers (not bools), finite (``unk_penalty``
+        Integers must be ints (not bools) in their range (beam and n-best up to
+        :data:`BEAM_LIMIT`, other counts up to :data:`INT_LIMIT`, seeds in ``[0, 2**64)``); floats must be numbers (not bools), finite (``unk_penalty``
         may be +inf) and in their range.
 
         Args:
@@ -497,9 +450,9 @@ class DecodingConfig:
         """
         kind, *rule = _DECODING_NUMBERS[key]
         if kind == "int":
-            _check_integer(prefix + key, value, *rule)
+            check_integer(prefix + key, value, *rule)
         else:
-            _check_float(prefix + key, value, *rule)
+            check_float(prefix + key, value, *rule)
 
     def validate(self, prefix: str = "decoding.", *, search: bool = False) -> None:
         """Refuse search values that cannot work or would give garbage (a negative length
@@ -528,7 +481,7 @@ class DecodingConfig:
             )
         if not isinstance(self.method, str):
             raise InvalidValue(prefix + "method", f"must be a string, got {self.method!r}")
-        _choice(prefix, "method", self.method, METHODS)
+        choice(prefix, "method", self.method, METHODS)
         for key in _DECODING_NUMBERS:
             self.check_value(key, getattr(self, key), prefix)
         if self.max_len_a == 0 and self.max_len_b == 0:
@@ -557,11 +510,11 @@ class ExportConfig:
 
     def validate(self, prefix: str = "export.") -> None:
         """Refuse an unknown format or quantization, naming the key."""
-        _choice(prefix, "format", self.format, ("ctranslate2", "onnx"))
-        _choice(
+        choice(prefix, "format", self.format, ("ctranslate2", "onnx"))
+        choice(
             prefix, "quantization", self.quantization, ("none", "int8", "int8_float32", "float16")
         )
-        _at_least(prefix, self, 7, "opset")
+        at_least(prefix, self, 7, "opset")
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,19 @@ _HOMES = {
     "check_paths": "paths",
     "check_strategy": "devices",
     "defer_sigterm": "signals",
+    "discard_dir": "files",
     "exclusive": "files",
     "file_digest": "files",
     "keep_freed_memory": "memory",
     "printable": "terminal",
     "say": "terminal",
     "raise_on_sigterm": "signals",
+    "recover_replaced": "files",
+    "replace_dir": "files",
     "sha256_file": "files",
     "sha256_files": "files",
     "signal_name": "signals",
+    "signals_deferred": "signals",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

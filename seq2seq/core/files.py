@@ -8,16 +8,35 @@ either the previous complete file or nothing, never a half-written one.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import functools
 import glob
 import hashlib
 import os
+import secrets
 import shutil
 import socket
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-__all__ = ["READ_CHUNK", "atomic_dir", "atomic_open", "exclusive", "file_digest", "sha256_file"]
+from seq2seq.core.errors import UserError
+from seq2seq.core.signals import signals_deferred
+from seq2seq.core.terminal import printable, say
+
+__all__ = [
+    "READ_CHUNK",
+    "atomic_dir",
+    "atomic_open",
+    "discard_dir",
+    "exclusive",
+    "file_digest",
+    "recover_replaced",
+    "replace_dir",
+    "sha256_file",
+]
 
 READ_CHUNK = 1 << 20
 """Bytes per read of every streaming loop over a file (constant memory, few system calls)."""
@@ -102,15 +121,143 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _remove_stale(path: Path) -> None:
-    """Remove the temporary siblings of ``path`` that killed processes of this host left."""
+def _left_by_dead(path: Path, kind: str) -> list[Path]:
+    """The ``.NAME.KIND-HOST-PID[-*]`` siblings of ``path`` whose process (of this host) is gone."""
     host = _owner_tag().rsplit("-", 1)[0]
-    for kind in ("tmp", "old"):
-        for stale in path.parent.glob(f".{glob.escape(path.name)}.{kind}-{glob.escape(host)}-*"):
-            rest = stale.name[len(f".{path.name}.{kind}-{host}-") :]
-            pid = rest.split("-", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-                shutil.rmtree(stale, ignore_errors=True)
+    prefix = f".{path.name}.{kind}-{host}-"
+    found = []
+    for left in sorted(path.parent.glob(f"{glob.escape(prefix)}*")):
+        pid = left.name[len(prefix) :].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            found.append(left)
+    return found
+
+
+def recover_replaced(path: str | Path) -> None:
+    """Deal with what a killed process left beside ``path`` while writing or replacing it.
+
+    A replace (:func:`atomic_dir` with ``overwrite``) moves the previous ``path`` aside as
+    ``.NAME.old-HOST-PID`` only where the platform cannot swap two directories in one step, and
+    only for the instant between two renames; a SIGKILL in that instant leaves it there. Such a
+    sibling, of a process of this host that is gone, is never deleted: it is moved back to
+    ``path`` when nothing is there (said on stderr), and otherwise refused, by name. The
+    siblings that hold nothing anyone needs (a ``.tmp-`` folder being filled, a ``.trash-``
+    folder being deleted) are removed.
+
+    Raises:
+        UserError: a left-over previous ``path`` beside a ``path`` that exists again.
+    """
+    path = Path(path)
+    for old in _left_by_dead(path, "old"):
+        if not os.path.lexists(path):
+            os.replace(old, path)
+            say(
+                f"restored {printable(str(path))} from {printable(old.name)}, where a replace "
+                "that was killed had left it"
+            )
+            continue
+        raise UserError(
+            f"{printable(str(old))} holds the previous {printable(path.name)}, left by a replace "
+            f"that was killed; check both, then delete one or move it back to {printable(str(path))}"
+        )
+    for kind in ("tmp", "trash"):
+        for stale in _left_by_dead(path, kind):
+            _delete(stale)
+
+
+def _delete(path: Path) -> None:
+    """Delete a folder (a symlink: the link only), quietly: nothing anyone needs is in it."""
+    if path.is_symlink():
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _rename(src: Path, dst: Path) -> None:
+    """One rename of a replace (its own function, so a test can stop a process between two)."""
+    os.replace(src, dst)
+
+
+@functools.cache
+def _renameat2():
+    """libc's ``renameat2`` (Linux, glibc 2.28 and later), or None."""
+    if sys.platform != "linux":
+        return None
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap ``a`` and ``b`` in one atomic step (``renameat2(RENAME_EXCHANGE)``); False where
+    the platform or the file system has no such step (nothing was changed then)."""
+    fn = _renameat2()
+    if fn is None:
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def _trash_name(path: Path) -> Path:
+    return path.with_name(f".{path.name}.trash-{_owner_tag()}-{secrets.token_hex(4)}")
+
+
+def replace_dir(new: str | Path, path: str | Path) -> None:
+    """Put the directory ``new`` at ``path`` in place of what is there, safe against a signal
+    at any point: ``path`` holds the previous folder or the new one, never neither.
+
+    Where the platform swaps two directories in one step (Linux ``renameat2`` with
+    ``RENAME_EXCHANGE``) that is all it takes, and not even SIGKILL can land in between.
+    Elsewhere the previous folder moves aside to ``.NAME.old-HOST-PID`` and ``new`` moves in,
+    with the stop signals held off over both renames (:func:`signals_deferred`); only a SIGKILL
+    in between can leave ``path`` empty, and the next write of ``path`` moves the previous folder
+    back (:func:`recover_replaced`). The previous folder is then deleted.
+    """
+    new, path = Path(new), Path(path)
+    if _exchange(new, path):  # ``new`` now holds the previous folder
+        _fsync_dir(path.parent)
+        _delete(new)
+        return
+    old = path.with_name(f".{path.name}.old-{_owner_tag()}")
+    trash = _trash_name(path)
+    with signals_deferred():
+        _rename(path, old)
+        try:
+            _rename(new, path)
+        except BaseException:
+            _rename(old, path)
+            raise
+        _rename(old, trash)  # no longer needed by anyone: the next write may delete it
+    _fsync_dir(path.parent)
+    _delete(trash)
+
+
+def discard_dir(path: str | Path) -> None:
+    """Delete the directory ``path`` (``--force``): it disappears in one rename, then its
+    contents go; a kill meanwhile leaves a ``.trash-`` sibling that the next write removes."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    trash = _trash_name(path)
+    os.replace(path, trash)
+    _fsync_dir(path.parent)
+    shutil.rmtree(trash, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -120,25 +267,24 @@ def atomic_dir(path: str | Path, *, overwrite: bool = False) -> Iterator[Path]:
     On an exception (or a kill) nothing appears at ``path``: the temporary directory is
     removed (or, after a kill, left as a hidden ``.NAME.tmp-HOST-PID-*`` sibling that no reader
     uses, and that the next atomic_dir of the same ``path`` on this host removes once that
-    process is gone).
+    process is gone). With ``overwrite`` an existing ``path`` is replaced by
+    :func:`replace_dir`, safe against a signal at any point; what an earlier replace that was
+    killed left is dealt with first (:func:`recover_replaced`).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale(path)
+    recover_replaced(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{_owner_tag()}-", dir=path.parent))
     os.chmod(tmp, 0o777 & ~_umask())  # mkdtemp makes 0700
     try:
         yield tmp
-        if path.exists():
+        if os.path.lexists(path):
             if not overwrite:
                 raise FileExistsError(f"{path} already exists")
-            old = path.with_name(f".{path.name}.old-{_owner_tag()}")
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
+            replace_dir(tmp, path)
         else:
             os.replace(tmp, path)
-        _fsync_dir(path.parent)
+            _fsync_dir(path.parent)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

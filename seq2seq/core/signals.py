@@ -20,6 +20,9 @@ prints one line: what was stopped and how to continue (``--resume``).
   the sanity validation) SIGTERM raises :class:`Stopped` like anywhere else.
   :class:`seq2seq.train.stopping.SignalStop` records which signal it was (and, on SIGTERM, saves a
   checkpoint), and ``seq2seq train`` turns Lightning's exit into :class:`Stopped`.
+- :func:`signals_deferred` holds the stop signals off over a few steps that must not be cut
+  in two (the renames that replace a directory): a signal that arrives meanwhile is delivered,
+  as it would have been, when they are done.
 """
 
 from __future__ import annotations
@@ -29,7 +32,21 @@ import signal
 import threading
 from collections.abc import Iterator
 
-__all__ = ["Stopped", "defer_sigterm", "exit_status", "raise_on_sigterm", "signal_name"]
+__all__ = [
+    "Stopped",
+    "defer_sigterm",
+    "exit_status",
+    "raise_on_sigterm",
+    "signal_name",
+    "signals_deferred",
+]
+
+STOP_SIGNALS = tuple(
+    getattr(signal, name)
+    for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")
+    if hasattr(signal, name)
+)
+"""The signals a user, a shell or a scheduler sends to stop a process (SIGKILL cannot be held)."""
 
 
 def signal_name(signum: int) -> str:
@@ -98,3 +115,57 @@ def defer_sigterm(deferred: bool) -> None:
     """
     global _deferred
     _deferred = deferred
+
+
+@contextlib.contextmanager
+def signals_deferred(signums: tuple[int, ...] = STOP_SIGNALS) -> Iterator[None]:
+    """While inside, the stop signals wait; on leaving, each one that came is delivered as it
+    would have been (its handler runs: KeyboardInterrupt, :class:`Stopped`; or its default
+    action ends the process), once the steps inside are all done.
+
+    In the main thread each signal's handler is swapped for one that only records it (a
+    signal the process ignores stays ignored). Python runs handlers in the main thread only, so
+    in another thread no handler can interrupt the steps: there the signals are blocked for
+    this thread (``pthread_sigmask``), which holds off their default action if it would land
+    here. SIGKILL cannot be deferred: what must survive it needs an atomic step of its own.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, signums)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        return
+    received: list[int] = []
+    previous: dict[int, object] = {}
+    active = True
+
+    def record(signum, frame) -> None:
+        if active:
+            received.append(signum)
+        else:  # left installed by a signal that interrupted the restoring: act as the original
+            _deliver(signum, previous[signum], frame)
+
+    for signum in signums:
+        handler = signal.getsignal(signum)
+        if handler is None or handler == signal.SIG_IGN:  # installed outside Python, or ignored
+            continue
+        previous[signum] = handler
+        signal.signal(signum, record)
+    try:
+        yield
+    finally:
+        active = False
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(received):
+            signal.raise_signal(signum)
+
+
+def _deliver(signum: int, handler, frame) -> None:
+    """Run ``handler`` for ``signum`` as the signal itself would have."""
+    if callable(handler):
+        handler(signum, frame)
+        return
+    signal.signal(signum, handler)  # SIG_DFL: the default action, now
+    signal.raise_signal(signum)

@@ -9,6 +9,7 @@ s below are where files are downloaded from; their names are the folders of a mi
 
 from __future__ import annotations
 
+from seq2seq.config import split_pair
 from seq2seq.core import UserError
 from seq2seq.data.corpus import Corpus, Part, RemoteFile, Source
 from seq2seq.data.text_steps import (
@@ -401,8 +402,6 @@ def get_corpus(name: str) -> Corpus:
 
 
 def parse_pair(pair: str) -> tuple[str, str]:
-    """``"en-de"`` -> ``("en", "de")``; anything else is a :class:`UserError`."""
-    parts = pair.split("-")
-    if len(parts) != 2 or not all(parts) or parts[0] == parts[1]:
-        raise UserError(f"language pair {pair!r} must look like src-tgt, e.g. en-de")
-    return parts[0], parts[1]
+    """``"en-de"`` -> ``("en", "de")``; anything else is a :class:`UserError`
+    (:func:`seq2seq.config.schema.split_pair`, the one check of a pair)."""
+    return split_pair(pair, "language pair")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from seq2seq.core import UserError
+from seq2seq.core import UserError, printable
 
 __all__ = ["TAG_RE", "resolve_direction", "split_tag", "tag_for", "tag_source", "tags_for"]
 
@@ -53,7 +53,7 @@ def split_tag(text: str) -> tuple[str | None, str]:
 
 
 def _listing(directions: Iterable[tuple[str, str]]) -> str:
-    return ", ".join(f"{s}-{t}" for s, t in directions) or "none"
+    return printable(", ".join(f"{s}-{t}" for s, t in directions)) or "none"
 
 
 def resolve_direction(
@@ -91,7 +91,7 @@ def resolve_direction(
     if not fits:
         sources = {s for s, _ in directions}
         shown = src or (next(iter(sources)) if len(sources) == 1 else "?")
-        asked = f"{shown}-{tgt or '?'}"
+        asked = printable(f"{shown}-{tgt or '?'}")  # the user's codes: no escapes, one line
         raise UserError(f"the model does not translate {asked}; {known}")
     targets = {t for _, t in fits}
     if len(targets) > 1:

@@ -121,11 +121,11 @@ def side_pieces(model_dir: Path, tokenizer) -> tuple[list[str], list[str]]:
 
 
 def check_out(out_dir: Path, force: bool) -> None:
-    """Refuse an existing ``out_dir`` without ``force``, and one that is not a folder."""
-    if out_dir.exists() and not force:
-        raise ExportError(f"{out_dir} already exists; pass --force to replace it")
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ExportError(f"{out_dir} exists and is not a directory")
+    """Refuse an existing ``out_dir`` without ``force``, and one that is not a folder (the one
+    check of every model writer's output, :func:`seq2seq.model.check_out_dir`)."""
+    from seq2seq.model import check_out_dir
+
+    check_out_dir(out_dir, force=force, error=ExportError)
 
 
 def source_info(model_dir: Path, model, cfg) -> dict:

@@ -17,15 +17,13 @@ with its config, is a :class:`~seq2seq.core.UserError` of one line, and nothing 
 from __future__ import annotations
 
 import json
-import re
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import torch
 
-from seq2seq.config import DecodingConfig, ExperimentConfig, ModelConfig
-from seq2seq.core import UserError, atomic_dir
+from seq2seq.config import ConfigError, ExperimentConfig, config_from_dict, split_pair
+from seq2seq.core import UserError, atomic_dir, printable
 from seq2seq.data import (
     SPECIAL_PIECES,
     SRC_MODEL,
@@ -34,15 +32,14 @@ from seq2seq.data import (
     VOCAB_FILE,
     read_vocab_map,
 )
-from seq2seq.model.directory import save_model_dir
+from seq2seq.model.directory import check_finite, check_out_dir, save_model_dir
 from seq2seq.model.marian import ACTIVATIONS, from_marian_weights, marian_shapes, our_order
 from seq2seq.model.transformer import build_model
 
-__all__ = ["convert_marian", "read_marian_config"]
+__all__ = ["checked_config", "convert_marian", "read_marian_config"]
 
 _SAFETENSORS = "model.safetensors"
 _PICKLE = "pytorch_model.bin"
-_LANG = re.compile(r"[A-Za-z]{2,3}([_-][A-Za-z0-9]+)?")
 
 
 def _read_json(path: Path) -> dict:
@@ -103,12 +100,46 @@ def read_marian_config(hf_dir: str | Path) -> dict:
             raise UserError(f"{path}: {key} is true; Marian models are post-norm (not supported)")
     if not cfg.get("static_position_embeddings", True):
         raise UserError(f"{path}: static_position_embeddings is false (not supported)")
-    if cfg.get("activation_function", "swish") not in ACTIVATIONS:
+    activation = cfg.get("activation_function", "swish")
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
         raise UserError(
-            f"{path}: activation_function {cfg.get('activation_function')!r} is not one of "
+            f"{path}: activation_function {printable(repr(activation))[:80]} is not one of "
             f"{', '.join(ACTIVATIONS)}"
         )
     return cfg
+
+
+def checked_config(
+    values: dict, names: dict[str, tuple[Path, str]], where: Path
+) -> ExperimentConfig:
+    """A converted model's config, through the toolkit's one validation of a config: each
+    value's type as a YAML file's would be checked (:func:`seq2seq.config.config_from_dict`),
+    then every section's ranges and bounds (:meth:`ExperimentConfig.validate`: positive sizes,
+    heads dividing the width, dropout in [0, 1), sizes and beams below their limits, the pair).
+    Every converter builds its config here, before it reads a weight or allocates a tensor.
+
+    Args:
+        values: the config as nested dicts (``{"model": {"n_heads": 8}, ...}``), with the
+            values as the pretrained model's files give them.
+        names: dotted key -> (the file, the key there) each value came from, so that an error
+            names what the user can see (``config.json: encoder_attention_heads``).
+        where: the file an error about any other key names.
+
+    Raises:
+        UserError: one line naming the file and the key, nothing else done.
+    """
+    try:
+        experiment = config_from_dict(values, source=str(where))
+        experiment.validate()
+    except ConfigError as e:
+        if e.key is None or e.text is None:
+            raise UserError(f"{where}: {e}") from None
+        file, key = names.get(e.key, (where, e.key))
+        text = e.text
+        for ours in sorted(names, key=len, reverse=True):  # "must divide model.d_model"
+            text = text.replace(ours, names[ours][1])
+        raise UserError(f"{file}: {key} {text}") from None
+    return experiment
 
 
 def _read_shard(path: Path) -> dict[str, torch.Tensor]:
@@ -185,25 +216,81 @@ def _check_shapes(tensors: dict[str, torch.Tensor], expected: dict, weights: Pat
 
 
 def _pair(hf_dir: Path, pair: str | None) -> str:
+    """``--pair`` (checked), else the tokenizer's languages where they make a pair, else
+    ``src-tgt``."""
     if pair is not None:
+        split_pair(pair, "--pair")
         return pair
     path = hf_dir / "tokenizer_config.json"
     if path.is_file():
         tok = _read_json(path)
-        src, tgt = tok.get("source_lang"), tok.get("target_lang")
-        if all(isinstance(x, str) and _LANG.fullmatch(x) for x in (src, tgt)):
-            return f"{src}-{tgt}"
+        found = f"{tok.get('source_lang')}-{tok.get('target_lang')}"
+        try:
+            split_pair(found)
+            return found
+        except ConfigError:
+            pass
     return "src-tgt"
 
 
-def _decoding(hf_dir: Path, cfg: dict) -> DecodingConfig:
-    """The model's search defaults: its generation config's beam (fairseq-style lengths)."""
-    gen = cfg
-    path = hf_dir / "generation_config.json"
-    if path.is_file():
-        gen = {**cfg, **_read_json(path)}
-    beam = gen.get("num_beams")
-    return DecodingConfig(beam_size=beam) if type(beam) is int and beam >= 1 else DecodingConfig()
+def _num_beams(hf_dir: Path, cfg: dict) -> tuple[dict, dict]:
+    """The model's default beam, as ``decoding`` values and their origin: the generation
+    config's ``num_beams`` (else config.json's); none given: the toolkit's default."""
+    for path, values in (
+        (hf_dir / "generation_config.json", None),
+        (hf_dir / "config.json", cfg),
+    ):
+        if values is None:
+            values = _read_json(path) if path.is_file() else {}
+        if values.get("num_beams") is not None:
+            beam = values["num_beams"]
+            return {"beam_size": beam}, {"decoding.beam_size": (path, "num_beams")}
+    return {}, {}
+
+
+def _marian_experiment(hf_dir: Path, cfg: dict, pair: str | None) -> ExperimentConfig:
+    """The converted model's config from Marian's ``config.json`` (and generation config),
+    checked by :func:`checked_config` before anything is read or allocated."""
+    path = hf_dir / "config.json"
+    mapping = {
+        "d_model": ("d_model", None),
+        "n_heads": ("encoder_attention_heads", None),
+        "d_ff": ("encoder_ffn_dim", None),
+        "n_encoder_layers": ("encoder_layers", None),
+        "n_decoder_layers": ("decoder_layers", None),
+        "dropout": ("dropout", 0.1),
+        "attention_dropout": ("attention_dropout", 0.0),
+        "activation_dropout": ("activation_dropout", 0.0),
+        "max_positions": ("max_position_embeddings", 512),
+        "share_embeddings": ("share_encoder_decoder_embeddings", True),
+        "tie_output": ("tie_word_embeddings", True),
+        "scale_embeddings": ("scale_embedding", False),
+    }
+    model = {ours: cfg.get(theirs, default) for ours, (theirs, default) in mapping.items()}
+    names = {f"model.{ours}": (path, theirs) for ours, (theirs, _) in mapping.items()}
+    model.update(
+        activation=ACTIVATIONS[cfg.get("activation_function", "swish")],
+        norm_first=False,
+        positions="sinusoidal_marian",
+        final_logits_bias=True,
+    )
+    decoding, decoding_names = _num_beams(hf_dir, cfg)
+    positions = model["max_positions"]
+    default_len = ExperimentConfig().data.max_len
+    data = {
+        "pair": _pair(hf_dir, pair),
+        "joint_vocab": False,
+        "vocab_size": cfg["vocab_size"],
+        # fine-tuning (--init-from) keeps this: training pairs must fit the positions
+        "max_len": min(default_len, positions - 1) if type(positions) is int else default_len,
+    }
+    names["data.vocab_size"] = (path, "vocab_size")
+    names["data.pair"] = (path.with_name("tokenizer_config.json"), "source_lang-target_lang")
+    return checked_config(
+        {"data": data, "model": model, "decoding": decoding},
+        {**names, **decoding_names},
+        path,
+    )
 
 
 def _separate_vocabs(hf_dir: Path) -> bool:
@@ -272,14 +359,14 @@ def convert_marian(
     hf_dir, out_dir = Path(hf_dir), Path(out_dir)
     if not hf_dir.is_dir():
         raise UserError(f"Marian folder not found: {hf_dir}")
-    if out_dir.exists() and not force:
-        raise UserError(f"{out_dir} already exists; pass --force to replace it")
+    check_out_dir(out_dir, force=force)
     cfg = read_marian_config(hf_dir)
     for name in ("source.spm", "target.spm", "vocab.json"):
         if not (hf_dir / name).is_file():
             raise UserError(f"{hf_dir / name} not found: a Marian folder needs its tokenizer files")
-    shared = bool(cfg.get("share_encoder_decoder_embeddings", True))
-    tied = bool(cfg.get("tie_word_embeddings", True))
+    experiment = _marian_experiment(hf_dir, cfg, pair)
+    model_cfg = experiment.model
+    shared, tied = model_cfg.share_embeddings, model_cfg.tie_output
     separate = _separate_vocabs(hf_dir)
     if shared and separate:
         raise UserError(
@@ -300,6 +387,7 @@ def convert_marian(
             tgt_path, ("decoder_vocab_size", n_tgt), pad=pad, eos=eos
         )
     tensors, weights_path = _read_weights(hf_dir)
+    check_finite(tensors, weights_path)
     n_enc, n_dec = cfg["encoder_layers"], cfg["decoder_layers"]
     shapes = marian_shapes(
         vocab_size=cfg["vocab_size"],
@@ -311,42 +399,6 @@ def convert_marian(
         tied=tied,
     )
     _check_shapes(tensors, shapes, weights_path)
-    if cfg["d_model"] % cfg["encoder_attention_heads"]:
-        raise UserError(f"{hf_dir / 'config.json'}: encoder_attention_heads must divide d_model")
-    model_cfg = ModelConfig(
-        d_model=cfg["d_model"],
-        n_heads=cfg["encoder_attention_heads"],
-        d_ff=cfg["encoder_ffn_dim"],
-        n_encoder_layers=n_enc,
-        n_decoder_layers=n_dec,
-        dropout=float(cfg.get("dropout", 0.1)),
-        attention_dropout=float(cfg.get("attention_dropout", 0.0)),
-        activation_dropout=float(cfg.get("activation_dropout", 0.0)),
-        activation=ACTIVATIONS[cfg.get("activation_function", "swish")],
-        norm_first=False,
-        positions="sinusoidal_marian",
-        max_positions=int(cfg.get("max_position_embeddings", 512)),
-        share_embeddings=shared,
-        tie_output=tied,
-        scale_embeddings=bool(cfg.get("scale_embedding", False)),
-        final_logits_bias=True,
-    )
-    experiment = ExperimentConfig(
-        data=replace(
-            ExperimentConfig().data,
-            pair=_pair(hf_dir, pair),
-            joint_vocab=False,
-            vocab_size=len(vocab),
-            # fine-tuning (--init-from) keeps this: training pairs must fit the positions
-            max_len=min(ExperimentConfig().data.max_len, model_cfg.max_positions - 1),
-        ),
-        model=model_cfg,
-        decoding=_decoding(hf_dir, cfg),
-    )
-    try:
-        experiment.validate()
-    except UserError as e:
-        raise UserError(f"{hf_dir / 'config.json'}: {e}") from None
     ours = from_marian_weights(
         tensors,
         n_encoder_layers=n_enc,

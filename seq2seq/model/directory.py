@@ -37,7 +37,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
 from seq2seq.config import ConfigError, ExperimentConfig, dump_config, load_config
-from seq2seq.core import UserError, atomic_open, sha256_file
+from seq2seq.core import UserError, atomic_open, printable, recover_replaced, sha256_file
 
 # a converted model's piece -> id maps, when it has them
 from seq2seq.data import TARGET_VOCAB_FILE, VOCAB_FILE
@@ -48,6 +48,9 @@ __all__ = [
     "FORMAT_VERSION",
     "LoadedModel",
     "ModelDirError",
+    "check_finite",
+    "check_out_dir",
+    "held_model_files",
     "load_model_dir",
     "safetensors_bytes",
     "save_model_dir",
@@ -66,6 +69,8 @@ PARENT_FILE = "parent.json"
 """A fine-tuned model's parent (path, manifest sha256; seq2seq/train/finetune.py), when it has one."""
 TOKENIZER_FILES = (*SPM_FILES, VOCAB_FILE, TARGET_VOCAB_FILE)
 """Every tokenizer file a model directory may hold (those it has are in its manifest)."""
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".onnx", ".ckpt", ".pt", ".pth")
+"""Files that hold a model's weights, in a model directory or an export folder."""
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 
 
@@ -81,6 +86,59 @@ class LoadedModel:
     cfg: ExperimentConfig
     model: Seq2SeqTransformer
     tokenizer: object  # seq2seq.data.tokenizer.Tokenizer (imported lazily to keep this light)
+
+
+def held_model_files(path: str | Path) -> list[str]:
+    """The files that make ``path`` a model: its manifest and its weights (any
+    :data:`WEIGHT_SUFFIXES` file at the top, as an export folder has), sorted; [] for a path
+    that holds none, or is not a directory."""
+    path = Path(path)
+    if not path.is_dir():
+        return []
+    return sorted(
+        p.name
+        for p in path.iterdir()
+        if p.name == MANIFEST_FILE or (p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    )
+
+
+def check_out_dir(
+    out_dir: str | Path,
+    *,
+    force: bool,
+    whole: bool = True,
+    what: str = "--out",
+    error: type[UserError] = UserError,
+) -> None:
+    """The one check of the folder a command writes a model into (``train --out``, ``convert``,
+    ``average``, ``export``), before any work: never overwrite a model unless told ``--force``.
+
+    What a killed replace of ``out_dir`` left beside it is dealt with first
+    (:func:`seq2seq.core.files.recover_replaced`: a previous folder is moved back, or refused).
+    Then a folder that holds a model (:func:`held_model_files`) is refused without ``force``;
+    so is any existing ``out_dir`` when the command replaces it ``whole`` (``convert``,
+    ``average``, ``export``: the new folder takes its place), while ``train``, which writes
+    into its folder, may use one that holds no model yet.
+
+    Args:
+        error: the ``UserError`` subclass to raise (each command's own).
+
+    Raises:
+        UserError: (``error``) one line naming the folder and what to do.
+    """
+    out_dir = Path(out_dir)
+    shown = printable(str(out_dir))
+    recover_replaced(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise error(f"{what} {shown} exists and is not a directory")
+    if force or not out_dir.exists():
+        return
+    held = held_model_files(out_dir)
+    if held:
+        files = ", ".join(printable(name) for name in held[:3]) + (", ..." if len(held) > 3 else "")
+        raise error(f"{what} {shown} already holds a model ({files}); pass --force to replace it")
+    if whole:
+        raise error(f"{what} {shown} already exists; pass --force to replace it")
 
 
 def _unique_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -277,7 +335,7 @@ def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
             raise ModelDirError(f"{weights}: {name} has dtype {dtype}, not a floating type")
 
 
-def _finite(weights: Path, name: str, tensor: torch.Tensor) -> torch.Tensor:
+def _finite(weights: Path | str, name: str, tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``, refused if it holds NaN or infinity: such a model translates every line to
     garbage or to nothing, without any other sign (a diverged run, a corrupted average)."""
     if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
@@ -287,6 +345,18 @@ def _finite(weights: Path, name: str, tensor: torch.Tensor) -> torch.Tensor:
             "the model is broken (a diverged run?)"
         )
     return tensor
+
+
+def check_finite(tensors: dict[str, torch.Tensor], where: Path | str) -> None:
+    """Refuse weights that hold NaN or infinity before they are written: every loader would
+    refuse the model (the same check, :func:`load_model_dir`).
+
+    Raises:
+        ModelDirError: naming ``where`` (the file the weights came from), the tensor and the
+            count of bad values.
+    """
+    for name, tensor in tensors.items():
+        _finite(where, name, tensor)
 
 
 def _copy_weights(weights: Path, model: torch.nn.Module) -> None:

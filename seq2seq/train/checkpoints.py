@@ -247,6 +247,7 @@ def average_model_dir(
         CONFIG_FILE,
         PARENT_FILE,
         TOKENIZER_FILES,
+        check_out_dir,
         safetensors_bytes,
         save_model_dir,
         state_dict_for_saving,
@@ -257,8 +258,10 @@ def average_model_dir(
         raise CheckpointError(f"-n must be >= 1, got {n}")
     if out.resolve() == model_dir.resolve():
         raise CheckpointError(f"--out {out} is the run directory itself; choose another")
-    if out.exists() and not force:
-        raise CheckpointError(f"{out} already exists; pass --force to replace it")
+    if out.suffix != ".safetensors":
+        check_out_dir(out, force=force, error=CheckpointError)
+    elif out.exists() and not force:
+        raise CheckpointError(f"--out {out} already exists; pass --force to replace it")
     if not (model_dir / CONFIG_FILE).is_file():
         raise CheckpointError(f"{model_dir / CONFIG_FILE} is missing: not a `seq2seq train` run")
     found = periodic_checkpoints(model_dir / CHECKPOINT_DIR)

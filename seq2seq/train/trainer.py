@@ -146,6 +146,7 @@ def train(
     out_dir: str | Path,
     *,
     resume: bool = False,
+    force: bool = False,
     mirror: str | Path | None = None,
     cache_dir: str | Path | None = None,
     progress: bool | None = None,
@@ -156,6 +157,8 @@ def train(
         cfg: the resolved config (:func:`resolve_config`).
         out_dir: the model directory.
         resume: continue from ``out_dir/checkpoints/last.ckpt``.
+        force: a new run in an ``out_dir`` that holds a model or a run: that folder is
+            deleted first (everything in it), and the new run starts in an empty one.
         mirror: passed to the data module (the offline corpus mirror).
         cache_dir: passed to the data module (the download cache).
         progress: TQDM progress bar (default: when stderr is a terminal); otherwise one
@@ -166,7 +169,8 @@ def train(
         normally.
 
     Raises:
-        UserError: bad options, an existing run without ``resume``, an incompatible
+        UserError: bad options, an existing model or run without ``resume`` or ``force``
+            (:func:`seq2seq.model.check_out_dir`), an incompatible
             checkpoint, a diverged run (:class:`~seq2seq.train.module.TrainingDiverged`).
     """
     from seq2seq.core import check_accelerator, check_paths, check_strategy
@@ -185,13 +189,12 @@ def train(
     last = ckpt_dir / LAST
     rank = _global_rank()
     if resume:
+        if force:
+            raise UserError("--force starts a new run: give it with --out DIR, not --resume")
         if not last.is_file():
             raise UserError(f"nothing to resume: {last} is missing")
-    elif rank == 0 and ckpt_dir.is_dir() and any(ckpt_dir.glob("*.ckpt")):
-        raise UserError(
-            f"{out_dir} already holds a training run ({ckpt_dir}); continue it with "
-            f"`seq2seq train --resume {out_dir}` or choose another --out"
-        )
+    elif rank == 0:
+        _check_new_run(out_dir, force=force)
     dm = TranslationDataModule(cfg, out_dir, mirror=mirror, cache_dir=cache_dir, resume=resume)
     check_paths(input_files=dm.input_files(), output_dirs=[("--out", out_dir)])
     if rank == 0:
@@ -268,6 +271,27 @@ def train(
     if trainer.is_global_zero:
         export_weights(out_dir, cfg, log=lambda m: print(m, file=sys.stderr))
     return out_dir
+
+
+def _check_new_run(out_dir: Path, *, force: bool) -> None:
+    """A new run never writes over a model or a run (a trained, converted or averaged
+    model directory) unless ``force``, which deletes that folder first."""
+    from seq2seq.core import discard_dir, printable
+    from seq2seq.model import check_out_dir, held_model_files
+
+    ckpt_dir = out_dir / CHECKPOINT_DIR
+    run = ckpt_dir.is_dir() and any(ckpt_dir.glob("*.ckpt"))
+    if run and not force:
+        shown = printable(str(out_dir))
+        raise UserError(
+            f"--out {shown} already holds a training run ({printable(str(ckpt_dir))}); continue "
+            f"it with `seq2seq train --resume {shown}`, pass --force to start over, or choose "
+            "another --out"
+        )
+    check_out_dir(out_dir, force=force, whole=False)
+    if force and (run or held_model_files(out_dir)):
+        discard_dir(out_dir)
+        print(f"--force: deleted the previous {out_dir}", file=sys.stderr)
 
 
 def _probe_forward(cfg: ExperimentConfig, lengths: tuple[int, ...] = (12, 19, 27, 36)):
