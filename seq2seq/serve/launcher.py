@@ -21,7 +21,7 @@ from seq2seq.serve.app import create_app
 from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.http_protocol import http_settings
-from seq2seq.serve.logs import log
+from seq2seq.serve.logs import log, redact_logs
 from seq2seq.serve.served_model import choose_engine, load_translator
 
 if TYPE_CHECKING:
@@ -88,6 +88,7 @@ def serve(
         timeout_graceful_shutdown=None,
         **http_settings(),  # a bounded request head, whichever parser is installed
     )
+    redact_logs()  # after uvicorn.Config has set its handlers: no key or file token is logged
     server = uvicorn.Server(uv_config)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
