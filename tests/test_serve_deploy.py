@@ -25,7 +25,7 @@ from seq2seq.serve.app import create_app
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.files import FileStore
 from seq2seq.serve.html import HtmlDocument, RunTranslation
-from seq2seq.serve.keys import KEY_ALPHABET, KeyStore, KeyTable
+from seq2seq.serve.keys import KEY_ALPHABET, KeyStore, KeysUnavailable, KeyTable
 from seq2seq.serve.metrics import key_label
 from seq2seq.serve.served_model import choose_engine, held_export, model_info
 
@@ -112,6 +112,60 @@ def test_key_store_makes_private_files_and_fresh_keys(tmp_path):
         store.remove("nope")
     with pytest.raises(UserError, match="not found"):
         KeyStore(tmp_path / "missing.db")
+
+
+def test_a_key_file_is_private_from_its_first_byte_even_through_a_symlink(tmp_path):
+    link = tmp_path / "keys.db"
+    target = tmp_path / "elsewhere" / "real.db"
+    target.parent.mkdir()
+    link.symlink_to(target)  # dangling: keys add creates the target
+    KeyStore(link, create=True).add()
+    assert target.is_file() and target.stat().st_mode & 0o777 == 0o600
+    target.chmod(0o644)  # made readable by others afterwards: refused, with the fix
+    for opener in (lambda: KeyStore(link), lambda: KeyTable(link)):
+        with pytest.raises(UserError, match=r"other users \(mode 0644\).*chmod 600") as e:
+            opener()
+        assert "\n" not in str(e.value)
+
+
+def test_a_non_string_key_in_the_body_is_a_400_not_a_keyless_request(model_dir, tmp_path):
+    db = tmp_path / "keys.db"
+    key = KeyStore(db, create=True).add()
+
+    async def body(client):
+        url = "/translate?api_key=" + key
+        return [
+            await client.post(url, json={"q": "A dog.", "api_key": value, **GOOD})
+            for value in (123, ["x"], {"k": key}, None)
+        ] + [
+            await client.post("/v1/translate?api_key=" + key, json={"text": "A dog.", "api_key": 1})
+        ]
+
+    *bad, null, native = serve_and(model_dir, body, api_keys=str(db), require_api_key=True)
+    for answer in (*bad, native):
+        assert answer.status_code == 400, answer.text
+        assert answer.json() == {"error": "invalid request: field 'api_key' must be a string"}
+    assert null.status_code == 200  # null is no key: the query string's is used
+
+
+def test_a_broken_key_file_is_a_503_while_keyless_requests_go_on(model_dir, tmp_path):
+    db = tmp_path / "keys.db"
+    key = KeyStore(db, create=True).add()
+    table = KeyTable(db, max_age_s=0)
+    assert table.lookup(key) == (True, None)
+
+    async def breaks(client):
+        first = await libre(client, api_key=key)
+        db.write_bytes(b"not a database" * 200)  # broken in place while the server runs
+        await asyncio.sleep(1.1)  # the server looks at the file again at most once a second
+        return first, await libre(client, api_key=key), await libre(client)
+
+    first, keyed, keyless = serve_and(model_dir, breaks, api_keys=str(db))
+    assert first.status_code == 200 and keyless.status_code == 200
+    assert keyed.status_code == 503 and int(keyed.headers["Retry-After"]) >= 1
+    assert keyed.json() == {"error": "API keys cannot be checked right now; retry later"}
+    with pytest.raises(KeysUnavailable):  # the table itself, as the server's lookup sees it
+        table.lookup(key)
 
 
 def test_keys_are_checked_and_limited_per_key_and_changes_apply_live(model_dir, tmp_path):
