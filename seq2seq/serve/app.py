@@ -174,8 +174,8 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def _internal_error(_request, exc: Exception):
-        log.exception("internal error")
-        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+        log.exception("internal error")  # the cause for the operator, not for the client
+        return error(500, "internal error (the server's log has the cause)")
 
     def schema(model) -> dict:
         return {
