@@ -291,6 +291,48 @@ def test_a_full_queue_is_a_503_with_retry_after(model_dir, reference):
     assert int(refused.headers["Retry-After"]) >= 1
 
 
+def test_a_file_is_queued_in_parts_within_the_queue_bound(model_dir, reference):
+    """A file is admitted by the limits of a request: queued a part at a time (at most half of
+    --max-queue), so that another client's request still finds room."""
+    translator = Translator.load(model_dir)
+    gate, entered = threading.Event(), threading.Event()
+    real = translator.translate_nbest
+
+    def held(*args, **kwargs):  # the first batch holds the engine until the test lets it go
+        entered.set()
+        gate.wait(30)
+        return real(*args, **kwargs)
+
+    translator.translate_nbest = held
+    lines = [SENTENCES[k % 3] for k in range(40)]  # 40 sentences, one a line
+    upload = {"file": ("many.txt", "\n".join(lines).encode())}
+    most = 0
+
+    async def body(client):
+        nonlocal most
+        sent = asyncio.create_task(client.post("/translate_file", data=GOOD, files=upload))
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 30)
+        for _ in range(20):  # while the engine is held: what the file left queued
+            most = max(most, (await client.get("/health")).json()["queued_sentences"])
+            await asyncio.sleep(0.01)
+        other = asyncio.create_task(libre(client, SENTENCES[0]))
+        for _ in range(20):  # the other request is answered (a 503) or waits for the engine
+            most = max(most, (await client.get("/health")).json()["queued_sentences"])
+            await asyncio.sleep(0.01)
+        gate.set()
+        answer = await sent
+        got = await client.get(answer.json()["translatedFileUrl"]) if answer.is_success else None
+        return answer, got, await other
+
+    answer, got, other = serve_and(
+        model_dir, body, translator=translator, max_queue=8, max_wait_ms=0, max_batch_tokens=24
+    )
+    assert answer.status_code == 200, answer.text
+    assert other.status_code == 200, other.text  # another client is served meanwhile
+    assert most <= 8  # the file never held more than the bound
+    assert got.text == "\n".join(reference.translate(lines))
+
+
 # ---- detection, settings, languages -----------------------------------------------------------
 
 
