@@ -14,7 +14,8 @@ def add_keys(sub) -> None:
         sub,
         "keys",
         "Manage the API keys of `seq2seq serve --api-keys FILE`.\n\n"
-        "Keys live in an SQLite file created with mode 0600. A running server sees a key added\n"
+        "Keys live in an SQLite file created with mode 0600 (a file others may read is refused).\n"
+        "A running server sees a key added "
         "or removed at its next request, without a restart.",
         "seq2seq keys add --db keys.db --req-limit 60\n"
         "seq2seq keys list --db keys.db\n"

@@ -117,6 +117,13 @@ def add_serve(sub) -> None:
         "--file-expiry", type=float, metavar="S", help="seconds a translated file is kept"
     )
     k.add_argument("--no-metrics", action="store_true", help="no GET /metrics, nothing counted")
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        metavar="S",
+        help="seconds a request's head and body may take to arrive; a slower client gets 408 "
+        "or a closed connection (default 30)",
+    )
     p.add_argument("--no-access-log", action="store_true", help="no log line per request")
     add_search_args(p)
     # serve chooses its engine (the model directory's CTranslate2 export, else torch)
@@ -151,6 +158,7 @@ def _run_serve(args) -> int:
         max_wait_ms=args.max_wait_ms,
         max_batch_tokens=args.max_batch_tokens,
         lanes=args.lanes,
+        read_timeout_s=args.read_timeout,
     )
     config = ServeConfig(
         **{k: v for k, v in given.items() if v is not None},

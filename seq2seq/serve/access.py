@@ -3,6 +3,9 @@ shapes.
 
 - An unknown (or removed) key is 403 ``{"error": "Invalid API key"}``.
 - Under ``--require-api-key`` a request without a key is 403 with a one-line error.
+- A key file that cannot be read now (:class:`~seq2seq.serve.keys.KeysUnavailable`) is 503
+  ``{"error": "API keys cannot be checked right now; retry later"}`` with ``Retry-After``, for
+  requests with a key only (the cause is in the server's log, never in the answer).
 - A client over its limit is 429 ``{"error": "Slowdown: N per 1 minute"}``, with
   ``Retry-After``: the seconds until its window lets a request through again. The app answers
   it after ``--slowdown-delay`` (seq2seq.serve.app), so that a client retrying at once on its
@@ -31,7 +34,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from starlette.concurrency import run_in_threadpool
+
 from seq2seq.serve.bodies import RequestError
+from seq2seq.serve.keys import KeysUnavailable
 
 if TYPE_CHECKING:
     from seq2seq.serve.keys import KeyTable
@@ -111,15 +117,39 @@ class Access:
         self.req_limit = req_limit
         self._window = MovingWindow()
 
-    def admit(self, key: str | None, address: str) -> Client:
+    async def check_request(self, request, fields: dict) -> Client:
+        """:meth:`check` of a request: its key is ``api_key`` in the body's ``fields`` or else
+        in the query string.
+
+        Raises:
+            RequestError: as :meth:`admit`, and 400 for an ``api_key`` field that is not a
+                string (never read as "no key").
+        """
+        key = fields.get("api_key")
+        if key is not None and not isinstance(key, str):
+            raise RequestError(400, "invalid request: field 'api_key' must be a string")
+        key = key or request.query_params.get("api_key")
+        address = request.client.host if request.client else "unknown"
+        return await self.check(key, address)
+
+    async def check(self, key: str | None, address: str) -> Client:
+        """:meth:`admit`, with the key file checked on a worker thread when it is due (SQLite
+        may wait for a lock: never on the event loop)."""
+        if key and self.keys is not None and self.keys.due:
+            await run_in_threadpool(self.keys.refresh)
+        return self.admit(key, address, refresh=False)
+
+    def admit(self, key: str | None, address: str, *, refresh: bool = True) -> Client:
         """The client a request is, once its key is known and its limit not reached.
 
         Args:
             key: the request's ``api_key`` (None or empty: none).
             address: the client's address (what keyless requests are counted by).
+            refresh: check the key file first when due (False: :meth:`check` did).
 
         Raises:
-            RequestError: 403 for an unknown key or a missing required one, 429 over the limit.
+            RequestError: 403 for an unknown key or a missing required one, 429 over the limit,
+                503 while the key file cannot be read.
         """
         key = key or None
         if self.keys is None:
@@ -127,7 +157,14 @@ class Access:
         limit = self.req_limit
         if key is not None:
             assert self.keys is not None
-            known, own = self.keys.lookup(key)
+            try:
+                known, own = self.keys.lookup(key, refresh=refresh)
+            except KeysUnavailable:
+                raise RequestError(
+                    503,
+                    "API keys cannot be checked right now; retry later",
+                    retry_after=max(1, math.ceil(self.keys.max_age_s)),
+                ) from None
             if not known:
                 raise RequestError(403, "Invalid API key")
             if own is not None:

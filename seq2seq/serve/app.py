@@ -151,11 +151,7 @@ def create_app(
 
     async def admit(request: Request, fields: dict) -> None:
         """Check the request's key (body field or query string) and count it."""
-        key = fields.get("api_key") or request.query_params.get("api_key")
-        if not isinstance(key, str):
-            key = None
-        address = request.client.host if request.client else "unknown"
-        client = access.admit(key, address)
+        client = await access.check_request(request, fields)
         if metrics is not None and client.key is not None:
             metrics.key_request(client.key)
 
@@ -173,8 +169,8 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def _internal_error(_request, exc: Exception):
-        log.exception("internal error")
-        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+        log.exception("internal error")  # the cause for the operator, not for the client
+        return error(500, "internal error (the server's log has the cause)")
 
     def schema(model) -> dict:
         return {

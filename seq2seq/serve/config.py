@@ -43,6 +43,9 @@ class ServeConfig:
         max_file_bytes: the largest file ``POST /translate_file`` takes.
         file_expiry_s: seconds a translated file stays downloadable.
         metrics: count requests, latencies, batches and translated text for ``GET /metrics``.
+        read_timeout_s: seconds a request's head and body may take to arrive (from the
+            connection or the request's first byte); a slower one is answered 408 or closed
+            (:mod:`seq2seq.serve.http_protocol`).
 
     Raises:
         UserError: a limit out of its range (named as the CLI option that sets it).
@@ -66,6 +69,7 @@ class ServeConfig:
     max_file_bytes: int = 1_000_000
     file_expiry_s: float = 1800.0
     metrics: bool = True
+    read_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):
@@ -83,6 +87,10 @@ class ServeConfig:
         if not 0 <= self.slowdown_delay_s <= 60:
             raise UserError(
                 f"--slowdown-delay must be between 0 and 60 seconds, got {self.slowdown_delay_s}"
+            )
+        if not 0 < self.read_timeout_s <= 3600:
+            raise UserError(
+                f"--read-timeout must be between 0 and 3600 seconds, got {self.read_timeout_s}"
             )
         if not 0 <= self.max_wait_ms <= 10_000:
             raise UserError(f"--max-wait-ms must be between 0 and 10000, got {self.max_wait_ms}")

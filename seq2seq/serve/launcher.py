@@ -5,8 +5,9 @@ A stop stops accepting connections, finishes the requests in flight, then exits 
 graceful shutdown, then :meth:`~seq2seq.serve.batcher.Batcher.close` finishes anything still
 queued).
 
-Request heads are bounded (:data:`~seq2seq.serve.http_protocol.MAX_HEADER_BYTES`) under every
-installation: :func:`~seq2seq.serve.http_protocol.http_settings` picks the parser.
+Request heads are bounded (:data:`~seq2seq.serve.http_protocol.MAX_HEADER_BYTES`), and so is the
+time a request may take to arrive (``--read-timeout``), under every installation:
+:func:`~seq2seq.serve.http_protocol.http_settings` picks the parser.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from seq2seq.serve.app import create_app
 from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.http_protocol import http_settings
-from seq2seq.serve.logs import log
+from seq2seq.serve.logs import log, redact_logs
 from seq2seq.serve.served_model import choose_engine, load_translator
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ def serve(
     # while it loads wait in the backlog instead of being refused.
     dirs = list(model_dir) if isinstance(model_dir, (list, tuple)) else [model_dir]
     engine, dirs = choose_engine(dirs, engine)
+    config = config or ServeConfig()
     sock = _listen(host, port)
     # Every engine call runs on one thread, loading and warm-up included (engine_thread says
     # why: a model loaded on another thread decodes slower).
@@ -75,7 +77,7 @@ def serve(
         translator, info = load_translator(
             dirs, engine=engine, device=device, search=search, executor=executor
         )
-        app = create_app(translator, info=info, config=config or ServeConfig(), executor=executor)
+        app = create_app(translator, info=info, config=config, executor=executor)
     except BaseException:
         sock.close()
         executor.shutdown(wait=False, cancel_futures=True)
@@ -86,8 +88,10 @@ def serve(
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=None,
-        **http_settings(),  # a bounded request head, whichever parser is installed
+        # a bounded request head and read time, whichever parser is installed
+        **http_settings(read_timeout_s=config.read_timeout_s),
     )
+    redact_logs()  # after uvicorn.Config has set its handlers: no key or file token is logged
     server = uvicorn.Server(uv_config)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host

@@ -9,6 +9,7 @@ batch. (Options an engine cannot honour are found by the engine: a 400 for that 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -16,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lxml.etree import LxmlError
+from starlette.concurrency import run_in_threadpool
 
 from seq2seq.core import UserError
 from seq2seq.decode import TorchEngine, supports
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
-from seq2seq.serve.html import HtmlDocument, RunTranslation
+from seq2seq.serve.html import HtmlDocument, HtmlLimitError, RunTranslation
 from seq2seq.serve.logs import log
 from seq2seq.serve.paragraphs import Segments, join_text, split_text
 from seq2seq.serve.stream import SearchStream
@@ -286,7 +288,8 @@ class TranslationService:
 
         ``whole``: indices of texts not cut into sentences (constrained texts). ``totals``:
         False skips the per-request limits (characters, sentences) for a file, which has its
-        own size limit; the per-sentence limit still holds."""
+        own size limit and is queued in parts within them (:meth:`file_parts`); the
+        per-sentence limit still holds."""
         cfg = self.config
         total = 0
         for i, text in enumerate(texts):
@@ -333,6 +336,7 @@ class TranslationService:
         *,
         alignments: bool = False,
         direction: tuple[str | None, str | None] = (None, None),
+        parts: bool = False,
     ) -> list[list]:
         """Per sentence of the request, its n-best list of Translations.
 
@@ -340,6 +344,7 @@ class TranslationService:
         ``alignments``: fill each Translation's ``alignment`` (such sentences are batched
         only with others that want alignments). ``direction``: ``(source_lang, target_lang)``
         of the body, checked by the Translator (a 400 names the directions it knows).
+        ``parts``: a file's sentences, queued a part at a time (:meth:`_in_parts`).
         """
         try:
             direction = self.translator.direction(*direction)
@@ -351,10 +356,13 @@ class TranslationService:
                 sentences.extend([constrained[k]] * len(t.segments.sentences))
             else:
                 sentences.extend(t.segments.sentences)
-        self.check_queue(len(sentences))
+        key = _Options(opts, alignments, constrained=bool(constrained), direction=direction)
         try:
-            key = _Options(opts, alignments, constrained=bool(constrained), direction=direction)
-            results = await self.batcher.translate(sentences, key)
+            if parts:
+                results = await self._in_parts(sentences, key)
+            else:
+                self.check_queue(len(sentences))
+                results = await self.batcher.translate(sentences, key)
         except EngineFailure as e:
             if isinstance(e.original, UserError):  # options this engine cannot honour
                 raise RequestError(400, str(e.original)) from None
@@ -364,6 +372,50 @@ class TranslationService:
         if self.metrics is not None:
             self.metrics.translated([_text_of(x) for x in sentences])
         return results
+
+    def file_parts(self, sentences: list[str]) -> list[list[str]]:
+        """``sentences`` cut into the parts a file is queued in: each within a request's
+        limits (``--max-sentences``, ``--max-chars``) and at most half of ``--max-queue``, so
+        that the other half stays open to other clients while a file is translated."""
+        cfg = self.config
+        most = cfg.max_sentences
+        if cfg.max_queue:
+            most = min(most, max(1, cfg.max_queue // 2))
+        out: list[list[str]] = []
+        part: list[str] = []
+        chars = 0
+        for sentence in sentences:
+            size = len(_text_of(sentence))
+            if part and (len(part) >= most or chars + size > cfg.max_chars):
+                out.append(part)
+                part, chars = [], 0
+            part.append(sentence)
+            chars += size
+        if part:
+            out.append(part)
+        return out
+
+    async def _in_parts(self, sentences: list, key: _Options) -> list:
+        """A file's sentences translated a part at a time (:meth:`file_parts`): the first part
+        is admitted as a request is (503 when the queue is full), each next one once the one
+        before is translated and the queue has room for it."""
+        results: list = []
+        for k, part in enumerate(self.file_parts(sentences)):
+            if k == 0:
+                self.check_queue(len(part))
+            else:
+                await self._room(len(part))
+            results.extend(await self.batcher.translate(part, key))
+        return results
+
+    async def _room(self, n: int) -> None:
+        """Wait until ``n`` more sentences fit under ``--max-queue`` (or the queue is empty)."""
+        bound = self.config.max_queue
+        while bound:
+            queued = self.batcher.stats.queued_sentences
+            if not queued or queued + n <= bound:
+                return
+            await asyncio.sleep(0.02)
 
     @property
     def can_align(self) -> bool:
@@ -416,17 +468,24 @@ class TranslationService:
         (:mod:`seq2seq.serve.html`)."""
         if not any(t.strip() for t in texts):
             raise RequestError(400, f"empty text: {field} has nothing to translate")
+        inline = self.can_align
+        # Parsing, splitting and rebuilding a document is work in proportion to its size:
+        # done on a worker thread, so that the event loop keeps answering other clients.
         try:
-            docs = [HtmlDocument(t, inline=self.can_align) for t in texts]
+            docs = await run_in_threadpool(lambda: [HtmlDocument(t, inline=inline) for t in texts])
+        except HtmlLimitError as e:
+            raise RequestError(400, f"{field}: {e}") from None
         except (ValueError, LxmlError) as e:  # what lxml cannot parse at all
             raise RequestError(400, f"{field} is not HTML that can be parsed: {e}") from None
         runs = [r for d in docs for r in d.texts]
         if not runs:
-            return [d.apply([]) for d in docs]
+            return await run_in_threadpool(lambda: [d.apply([]) for d in docs])
         align = self.can_align and any(d.needs_alignments for d in docs)
-        split = self.split(runs, language=direction[0], split=True, field=field, totals=totals)
+        split = await run_in_threadpool(
+            lambda: self.split(runs, language=direction[0], split=True, field=field, totals=totals)
+        )
         results = await self.translate(
-            split, self.options(nbest=1), alignments=align, direction=direction
+            split, self.options(nbest=1), alignments=align, direction=direction, parts=not totals
         )
         done = []
         for t in split:
@@ -439,16 +498,26 @@ class TranslationService:
                     ]
                 )
             )
-        out, start = [], 0
-        for d in docs:
-            out.append(d.apply(done[start : start + len(d.runs)]))
-            start += len(d.runs)
-        return out
+
+        def rebuild() -> list[str]:
+            out, start = [], 0
+            for d in docs:
+                out.append(d.apply(done[start : start + len(d.runs)]))
+                start += len(d.runs)
+            return out
+
+        return await run_in_threadpool(rebuild)
 
     async def translate_file_text(self, text: str, direction: tuple[str, str]) -> str:
         """A text file's translation in ``direction``, its layout kept (lines, indentation)."""
-        split = self.split([text], language=direction[0], split=True, field="file", totals=False)
-        results = await self.translate(split, self.options(nbest=1), direction=direction)
+        split = await run_in_threadpool(  # a whole file: off the event loop
+            lambda: self.split(
+                [text], language=direction[0], split=True, field="file", totals=False
+            )
+        )
+        results = await self.translate(
+            split, self.options(nbest=1), direction=direction, parts=True
+        )
         return self.joined(split[0], results)
 
     async def attention(
