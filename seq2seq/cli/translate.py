@@ -97,7 +97,19 @@ def add_translate(sub) -> None:
     g.add_argument(
         "--terminology",
         metavar="FILE",
-        help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET",
+        help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET (exact case)",
+    )
+    g.add_argument(
+        "--glossary",
+        metavar="FILE",
+        help="SOURCE<TAB>TARGET lines: where SOURCE occurs (whole words; a lowercase term in "
+        "any case), the translation holds TARGET (docs/translating.md: Glossaries)",
+    )
+    g.add_argument(
+        "--do-not-translate",
+        metavar="FILE",
+        help="one term per line: where a term occurs (as --glossary matches), it comes back "
+        "byte for byte",
     )
     add_search_args(p)
     add_direction_args(p)
@@ -108,6 +120,7 @@ def _run_translate(args) -> int:
     from pathlib import Path
 
     from seq2seq.decode import (
+        Glossary,
         LineConstraints,
         Terminology,
         Translator,
@@ -125,7 +138,12 @@ def _run_translate(args) -> int:
     set_threads(args.threads)
     check_device(args.device)
     check_paths(
-        input_files=[("-i", args.input), ("--terminology", args.terminology)],
+        input_files=[
+            ("-i", args.input),
+            ("--terminology", args.terminology),
+            ("--glossary", args.glossary),
+            ("--do-not-translate", args.do_not_translate),
+        ],
         input_dirs=[("model directory", args.model_dir)],
         output_files=[
             ("-o", args.output and f"{args.output}{suffix}")
@@ -137,6 +155,11 @@ def _run_translate(args) -> int:
         prefix=args.prefix,
         avoid=args.avoid,
         terminology=Terminology.load(args.terminology) if args.terminology else None,
+        glossary=(
+            Glossary.load(args.glossary, args.do_not_translate)
+            if args.glossary or args.do_not_translate
+            else None
+        ),
     )
     reader = open_lines(args.input)
     if args.output:
@@ -157,6 +180,8 @@ def _run_translate(args) -> int:
             "prefix": args.prefix,
             "avoid": args.avoid,
             "terminology": _file_id(args.terminology),
+            "glossary": _file_id(args.glossary),
+            "do_not_translate": _file_id(args.do_not_translate),
             "direction": [translator.source_lang, translator.target_lang],
         },
     )

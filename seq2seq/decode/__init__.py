@@ -10,6 +10,7 @@ from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
     "ContinuousSearch": "continuous",
+    "Glossary": "glossary",
     "LineConstraints": "stream",
     "Scorer": "scoring",
     "SearchOptions": "options",

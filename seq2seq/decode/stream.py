@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seq2seq.core import UserError
+from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.lines import LineReader
 from seq2seq.decode.terminology import Terminology
 from seq2seq.decode.translator import Translator
@@ -30,19 +31,23 @@ class LineConstraints:
     that must not. With both ``constraints`` and ``avoid``, an empty field ends the
     constraints and the avoided phrases follow. Without any of the three, lines are not split
     (a tab is part of the source). ``terminology`` adds the target terms of the source terms
-    a line contains to its constraints.
+    a line contains to its constraints; ``glossary`` (``--glossary``, ``--do-not-translate``)
+    applies a :class:`~seq2seq.decode.glossary.Glossary` to every line.
     """
 
     constraints: str | None = None
     prefix: bool = False
     avoid: bool = False
     terminology: Terminology | None = None
+    glossary: Glossary | None = None
 
     def __post_init__(self) -> None:
         if self.constraints not in (None, "ordered", "unordered"):
             raise UserError(f"--constraints must be ordered or unordered, got {self.constraints!r}")
         if self.constraints == "ordered" and self.terminology is not None:
             raise UserError("terminology constraints are unordered: use --constraints unordered")
+        if self.constraints == "ordered" and self.glossary is not None:
+            raise UserError("glossary constraints are unordered: use --constraints unordered")
 
     @property
     def splits(self) -> bool:
@@ -50,12 +55,12 @@ class LineConstraints:
 
     @property
     def active(self) -> bool:
-        return self.splits or self.terminology is not None
+        return self.splits or self.terminology is not None or self.glossary is not None
 
     def parse(self, lines: list[str], where: Callable[[int], str]) -> tuple[list[str], dict]:
         """(the source texts, the constraint arguments of :meth:`Translator.translate_nbest`)."""
         if not self.splits:
-            return lines, dict(terminology=self.terminology)
+            return lines, dict(terminology=self.terminology, glossary=self.glossary)
         sources, prefixes, includes, avoids = [], [], [], []
         for i, line in enumerate(lines):
             source, *rest = line.split("\t")
@@ -83,6 +88,7 @@ class LineConstraints:
             prefix=prefixes if self.prefix else None,
             avoid=avoids if self.avoid else None,
             terminology=self.terminology,
+            glossary=self.glossary,
         )
 
 
