@@ -327,7 +327,8 @@ def test_health_and_models(model_dir):
     assert m["limits"]["max_chars"] == ServeConfig().max_chars
     assert m["batching"]["continuous"] is False  # static batches by default (faster here)
     assert m["capabilities"] == {
-        "alignments": True, "prefix_and_avoid": True, "positive_constraints": True
+        "alignments": True, "prefix_and_avoid": True, "positive_constraints": True,
+        "glossaries": True, "named_glossaries": False,
     }  # fmt: skip
 
 

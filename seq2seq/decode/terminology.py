@@ -96,6 +96,13 @@ class Terminology:
     def __len__(self) -> int:
         return len(self._no)
 
+    def entries(self) -> list[tuple[str, str]]:
+        """Every ``(source term, target term)``, in file order."""
+        return [
+            (self._source(k).decode("utf-8"), self._target(k).decode("utf-8"))
+            for k in range(len(self))
+        ]
+
     def _build(self, entries: Iterator[tuple[int, str, str]]) -> None:
         # The blob holds source 0, target 0, source 1, ...; the term k's bytes are between
         # the offsets 2k, 2k + 1 (source) and 2k + 1, 2k + 2 (target). array() keeps the

@@ -372,7 +372,7 @@ class Translator:
                 term_where[i] = dict(terminology.find(text))
                 include_text[i] += list(term_where[i])
         if glossary is not None:
-            if ordered:
+            if ordered and any(g is not None for g in spread(glossary, n)):
                 raise UserError("glossary constraints are unordered: drop ordered constraints")
             for i, a in enumerate(self.apply_glossary(sentences, glossary)):
                 if a is not None:
