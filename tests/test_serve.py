@@ -19,11 +19,11 @@ from factories import make_model_dir, run_app
 
 from seq2seq.core.errors import UserError
 from seq2seq.decode.alignments import format_alignment
+from seq2seq.decode.paragraphs import split_text
 from seq2seq.decode.translator import Translator
 from seq2seq.serve.app import create_app
 from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
-from seq2seq.serve.paragraphs import split_text
 from seq2seq.serve.served_model import load_translator, model_info
 
 SENTENCES = [

@@ -28,10 +28,12 @@ def add_translate(sub) -> None:
         "Translate text line by line with a model directory.\n\n"
         "Reads FILE or standard input and writes one output line per input line (an empty\n"
         "line gives an empty line). Lines are translated as soon as they arrive: typed lines\n"
-        "one at a time, files and pipes in batches. With --nbest N > 1 each input line gives N\n"
-        "lines `LINE ||| TEXT ||| SCORE` (LINE: 1-based input line number; SCORE: length-\n"
-        "normalized log-probability; best first). Over-long lines are truncated to the\n"
-        "model's max positions, with a warning naming the line. With -o FILE the output is\n"
+        "one at a time, files and pipes in batches. A line too long for the model is cut into\n"
+        "sentences and their translations rejoined (--split-sentences). With --nbest N > 1\n"
+        "each input line gives N lines `LINE ||| TEXT ||| SCORE` (LINE: 1-based input line\n"
+        "number; SCORE: length-normalized log-probability; best first). A sentence still too\n"
+        "long (or a long line with --nbest, --scores, jsonl) is truncated to the model's max\n"
+        "positions, with a warning naming the line. With -o FILE the output is\n"
         "written to FILE.partial and renamed to FILE only once complete; --resume continues\n"
         "an interrupted FILE.partial, skipping the input lines it already holds.",
         "echo 'A man rides a bike.' | seq2seq translate runs/multi30k_small\n"
@@ -51,6 +53,14 @@ def add_translate(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
     p.add_argument(
         "--resume", action="store_true", help="with -o: continue an interrupted FILE.partial"
+    )
+    p.add_argument(
+        "--split-sentences",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="cut a line into sentences (the server's Moses rules) and rejoin their "
+        "translations: auto (default), only a line too long for the model, which would "
+        "otherwise be truncated; always, every line; never",
     )
     p.add_argument(
         "--buffer-lines",
@@ -183,6 +193,7 @@ def _run_translate(args) -> int:
             "glossary": _file_id(args.glossary),
             "do_not_translate": _file_id(args.do_not_translate),
             "direction": [translator.source_lang, translator.target_lang],
+            "split_sentences": args.split_sentences,
         },
     )
     with guard(args.output, resume=args.resume, record=record):  # --resume trusts FILE.partial
@@ -198,6 +209,9 @@ def _run_translate(args) -> int:
             scores=args.scores,
             alignments=args.alignments,
             line_constraints=line_constraints,
+            split_sentences=args.split_sentences,
+            language=translator.source_lang
+            or (translator.directions[0][0] if translator.directions else "en"),
         )
     return 0
 

@@ -14,6 +14,7 @@ from typing import BinaryIO
 from seq2seq.core import UserError
 from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.lines import LineReader
+from seq2seq.decode.paragraphs import translate_lines
 from seq2seq.decode.terminology import Terminology
 from seq2seq.decode.translator import Translator
 
@@ -136,6 +137,8 @@ def translate_stream(
     scores: bool = False,
     alignments: bool = False,
     line_constraints: LineConstraints | None = None,
+    split_sentences: str = "auto",
+    language: str = "en",
 ) -> int:
     """Translate every line of ``reader``; one output line per input line (``nbest`` with n-best).
 
@@ -156,6 +159,12 @@ def translate_stream(
 
     ``line_constraints``: read constraints from the lines (:class:`LineConstraints`).
 
+    ``split_sentences`` (plain text output; ``language``: the source's): a line is cut into
+    sentences and rejoined (:func:`seq2seq.decode.paragraphs.translate_lines`): ``auto``, a line
+    too long for the model (it would be truncated); ``always``, every line; ``never``, none.
+    Lines with constraints of their own (tab-separated fields) are never cut. ``always`` with
+    n-best, scores, alignments or JSON lines is an error (a line is then one sentence).
+
     Returns:
         The number of input lines read.
     """
@@ -167,6 +176,11 @@ def translate_stream(
         )
     nbest = translator.opts.nbest
     plain = output_format == "text" and not scores and not alignments
+    if split_sentences == "always" and not (plain and nbest == 1):
+        raise UserError(
+            "--split-sentences always gives plain text: not with --nbest, --scores, "
+            "--alignments or --output-format jsonl"
+        )
     lines_per_input = nbest if output_format == "text" else 1  # what resuming counts
     partial = None if output is None else output.with_name(output.name + ".partial")
     skip = 0
@@ -236,7 +250,19 @@ def translate_stream(
                     for t in entries
                 )
             else:
-                translations = translator.translate(chunk, on_truncated=on_truncated, **kwargs)
+                split = (
+                    "never"
+                    if line_constraints is not None and line_constraints.splits
+                    else (split_sentences)
+                )
+                translations = translate_lines(
+                    translator,
+                    chunk,
+                    split=split,
+                    language=language,
+                    on_truncated=on_truncated,
+                    **kwargs,
+                )
                 text = "".join(t + "\n" for t in translations[kept:])
             out.write(text.encode("utf-8"))
             out.flush()

@@ -4,7 +4,7 @@ The app serves one :class:`~seq2seq.decode.translator.Translator` (a model direc
 CTranslate2 / ONNX export folder). Request handlers run on the event loop: they read and check
 the body (:mod:`seq2seq.serve.bodies`, :mod:`seq2seq.serve.schemas`) and hand the texts to the
 service (:mod:`seq2seq.serve.service`), which cuts them into sentences
-(:mod:`seq2seq.serve.paragraphs`), queues them on a :class:`~seq2seq.serve.batcher.Batcher`
+(:mod:`seq2seq.decode.paragraphs`), queues them on a :class:`~seq2seq.serve.batcher.Batcher`
 (the sentences of concurrent requests are translated together in token-budgeted batches on
 one worker thread: :func:`seq2seq.serve.batcher.engine_thread`) and rejoins the results.
 
