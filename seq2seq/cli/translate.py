@@ -63,6 +63,12 @@ def add_translate(sub) -> None:
         "otherwise be truncated; always, every line; never",
     )
     p.add_argument(
+        "--repetition-guard",
+        action="store_true",
+        help="search a translation that loops (one 1- to 4-gram four times in a row beyond "
+        "its source) again with no_repeat_ngram (the server's default)",
+    )
+    p.add_argument(
         "--buffer-lines",
         type=int,
         default=1000,
@@ -132,6 +138,7 @@ def _run_translate(args) -> int:
     from seq2seq.decode import (
         Glossary,
         LineConstraints,
+        RepetitionGuard,
         Terminology,
         Translator,
         fingerprint,
@@ -176,6 +183,8 @@ def _run_translate(args) -> int:
         args.on_stop = f"{args.output}.partial holds the lines so far: rerun with --resume"
     translator = Translator.load(args.model_dir, device=args.device, engine=args.engine, **search)
     translator.set_direction(args.source_lang, args.target_lang)
+    if args.repetition_guard:
+        translator.repetition_guard = RepetitionGuard()
     record = fingerprint(
         input_path=args.input,
         model_dir=args.model_dir,
@@ -194,6 +203,7 @@ def _run_translate(args) -> int:
             "do_not_translate": _file_id(args.do_not_translate),
             "direction": [translator.source_lang, translator.target_lang],
             "split_sentences": args.split_sentences,
+            "repetition_guard": args.repetition_guard,
         },
     )
     with guard(args.output, resume=args.resume, record=record):  # --resume trusts FILE.partial
@@ -212,6 +222,11 @@ def _run_translate(args) -> int:
             split_sentences=args.split_sentences,
             language=translator.source_lang
             or (translator.directions[0][0] if translator.directions else "en"),
+        )
+    if translator.repetition_guard is not None and translator.repetition_guard.retries:
+        warner("translate")(
+            f"{translator.repetition_guard.retries} looping translation(s) searched again "
+            "with no_repeat_ngram"
         )
     return 0
 

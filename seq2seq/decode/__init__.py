@@ -12,6 +12,7 @@ _HOMES = {
     "ContinuousSearch": "continuous",
     "Glossary": "glossary",
     "LineConstraints": "stream",
+    "RepetitionGuard": "repetition",
     "Scorer": "scoring",
     "Segments": "paragraphs",
     "SearchOptions": "options",

@@ -31,6 +31,7 @@ from seq2seq.decode.constraints import Constraints
 from seq2seq.decode.engines import ENGINES
 from seq2seq.decode.glossary import Applied, Glossary, Placeholders, spread
 from seq2seq.decode.options import Engine, SearchOptions
+from seq2seq.decode.repetition import RepetitionGuard, loop_size
 from seq2seq.decode.search_base import Hypothesis
 from seq2seq.decode.terminology import Terminology
 
@@ -103,6 +104,8 @@ class Translator:
         self.source_lang: str | None = None
         self.target_lang: str | None = None
         self._placeholders: Placeholders | None = None
+        self.repetition_guard: RepetitionGuard | None = None
+        """Used by calls that give none (``seq2seq translate --repetition-guard``)."""
 
     @classmethod
     def load(
@@ -178,6 +181,7 @@ class Translator:
         where: Callable[[int], str] | None = None,
         source_lang: str | None = None,
         target_lang: str | None = None,
+        repetition_guard: RepetitionGuard | None = None,
         **overrides: object,
     ) -> list[list[Translation]]:
         """Up to ``nbest`` translations per sentence, best first, in input order.
@@ -205,6 +209,10 @@ class Translator:
 
         ``source_lang`` / ``target_lang``: the direction (:meth:`direction`); a multilingual
         model puts the target's tag (``<2fr>``) before each sentence, and alignments skip it.
+
+        ``repetition_guard`` (default: :attr:`repetition_guard`): a sentence whose best
+        hypothesis loops is searched again with ``no_repeat_ngram``
+        (:mod:`seq2seq.decode.repetition`).
 
         Raises:
             UserError: a constraint no output can meet (naming the sentence), or one the
@@ -237,6 +245,9 @@ class Translator:
             if cons is not None:
                 extra["constraints"] = [cons[i] for i in idx]
             hyps = self.engine.translate_ids([src[i] for i in idx], opts, **extra)
+            guard = repetition_guard or self.repetition_guard
+            if guard is not None:
+                hyps = self._guard(guard, [src[i] for i in idx], hyps, opts, extra)
             if cons is not None:
                 for i, sent_hyps in zip(idx, hyps):
                     if not sent_hyps:
@@ -258,6 +269,40 @@ class Translator:
         if alignments:  # empty sentences: nothing to align
             results = [[t._replace(alignment=t.alignment or []) for t in r] for r in results]
         return results
+
+    def _guard(
+        self,
+        guard: RepetitionGuard,
+        src: list[list[int]],
+        hyps: list[list[Hypothesis]],
+        opts: SearchOptions,
+        extra: dict,
+    ) -> list[list[Hypothesis]]:
+        """``hyps`` with each looping sentence searched again (seq2seq.decode.repetition)."""
+        skip = 1 if self.multilingual else 0  # the language tag is not the sentence's
+        again: dict[int, list[int]] = {}  # no_repeat_ngram -> sentences
+        for j, (ids, sent_hyps) in enumerate(zip(src, hyps)):
+            if sent_hyps:
+                out = [t for t in sent_hyps[0].tokens if t != self.eos_id]
+                n = loop_size(ids[skip:-1], out)
+                k = guard.retry_ngram(n) if n else 0
+                if k and not 0 < opts.no_repeat_ngram <= k:  # not already as strict
+                    again.setdefault(k, []).append(j)
+        if not again:
+            return hyps
+        hyps = list(hyps)
+        for k, js in again.items():
+            kwargs = dict(extra)
+            if "constraints" in extra:
+                kwargs["constraints"] = [extra["constraints"][j] for j in js]
+            redone = self.engine.translate_ids(
+                [src[j] for j in js], opts.replace(no_repeat_ngram=k), **kwargs
+            )
+            for j, new in zip(js, redone):
+                if new:  # none: a constraint repeats an n-gram; keep the first search's
+                    hyps[j] = new
+            guard.counted(len(js))
+        return hyps
 
     def _align(
         self,

@@ -43,6 +43,8 @@ class ServeConfig:
         max_file_bytes: the largest file ``POST /translate_file`` takes.
         file_expiry_s: seconds a translated file stays downloadable.
         metrics: count requests, latencies, batches and translated text for ``GET /metrics``.
+        repetition_guard: search a sentence whose translation loops again with
+            ``no_repeat_ngram`` (seq2seq.decode.repetition; not in continuous batching).
 
     Raises:
         UserError: a limit out of its range (named as the CLI option that sets it).
@@ -66,6 +68,7 @@ class ServeConfig:
     max_file_bytes: int = 1_000_000
     file_expiry_s: float = 1800.0
     metrics: bool = True
+    repetition_guard: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):

@@ -18,7 +18,14 @@ from typing import TYPE_CHECKING, Any
 from lxml.etree import LxmlError
 
 from seq2seq.core import UserError
-from seq2seq.decode import Segments, TorchEngine, join_text, split_text, supports
+from seq2seq.decode import (
+    RepetitionGuard,
+    Segments,
+    TorchEngine,
+    join_text,
+    split_text,
+    supports,
+)
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
 from seq2seq.serve.html import HtmlDocument, RunTranslation
@@ -96,6 +103,11 @@ class TranslationService:
         self.info = info
         self.config = config
         self.metrics = metrics
+        self.guard = (
+            RepetitionGuard(metrics.repetition_retries.inc if metrics is not None else None)
+            if config.repetition_guard
+            else None
+        )
         per_call = getattr(translator.engine, "batches_per_call", 1)
         budget = config.max_batch_tokens or translator.opts.max_tokens * per_call
         engine = translator.engine
@@ -160,6 +172,7 @@ class TranslationService:
                 alignments=key.alignments,
                 source_lang=key.direction[0],
                 target_lang=key.direction[1],
+                repetition_guard=self.guard,
                 **kwargs,
                 **fields,
             )
