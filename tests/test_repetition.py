@@ -37,6 +37,25 @@ def test_runs_and_loops_by_hand():
 tokens = st.lists(st.integers(0, 5), max_size=30)
 
 
+def runs_by_brute_force(seq: list[int], n: int) -> int:
+    """The most copies of one n-gram back to back, by trying every start and count."""
+    if len(seq) < n:
+        return 0
+    best = 1
+    for i in range(len(seq) - n + 1):
+        k = 1
+        while seq[i + k * n : i + (k + 1) * n] == seq[i : i + n]:
+            k += 1
+        best = max(best, k)
+    return best
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(0, 2), max_size=40))
+def test_runs_equal_a_brute_force_count(seq):
+    assert longest_runs(seq) == [runs_by_brute_force(seq, n) for n in range(1, 5)]
+
+
 @settings(max_examples=300, deadline=None)
 @given(tokens)
 def test_a_copy_of_the_source_never_loops(seq):

@@ -33,21 +33,22 @@ def longest_runs(tokens: Sequence[int], max_n: int = MAX_N) -> list[int]:
     """Per n in 1..max_n, the most times one n-gram occurs back to back in ``tokens`` (1 when
     none repeats, 0 when ``tokens`` is shorter than n).
 
-    ``runs[i]`` is the run of equal n-grams that starts at i: ``runs[i + n] + 1`` when the
-    n-gram at i equals the one at i + n, else 1 (filled from the end).
+    One pass per n: ``m`` positions in a row with ``tokens[i] == tokens[i + n]`` are a stretch
+    of period n, ``m + n`` tokens long, which holds its first n-gram ``1 + m // n`` times back
+    to back (and k copies back to back make ``(k - 1) * n`` such positions).
     """
     seq = list(tokens)
-    L = len(seq)
     out = []
     for n in range(1, max_n + 1):
-        if L < n:
+        if len(seq) < n:
             out.append(0)
             continue
-        runs = [1] * (L - n + 1)
-        for i in range(L - 2 * n, -1, -1):
-            if seq[i : i + n] == seq[i + n : i + 2 * n]:
-                runs[i] = runs[i + n] + 1
-        out.append(max(runs))
+        longest = run = 0
+        for a, b in zip(seq, seq[n:]):
+            run = run + 1 if a == b else 0
+            if run > longest:
+                longest = run
+        out.append(1 + longest // n)
     return out
 
 
