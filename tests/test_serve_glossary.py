@@ -177,3 +177,53 @@ def test_named_glossaries_belong_to_their_key(translator, tmp_path: Path):
     assert r.returncode == 2 and b"no glossary named 'pets'" in r.stderr
     r = _cli("remove", "--db", str(db), "--key", mine, "--name", "pets")
     assert r.returncode == 0 and _cli("list", "--db", str(db)).stdout == b""
+
+
+def test_html_keeps_its_markup_under_a_glossary(translator):
+    html = "<p>A <b>dog</b> sits near ACME-9000™.</p>"
+
+    async def body(client):
+        return await client.post(
+            "/translate",
+            json={"q": html, "source": "en", "target": "de", "format": "html",
+                  "glossary": TERMS, "do_not_translate": KEEP},
+        )  # fmt: skip
+
+    r = serve(translator, body)
+    assert r.status_code == 200, r.text
+    out = r.json()["translatedText"]
+    assert out.startswith("<p>") and out.endswith("</p>") and "<b>" in out
+    assert "cat" in out and "bench" in out and "ACME-9000™" in out
+
+
+class NoConstraints:
+    """An engine like CTranslate2's: no positive constraints."""
+
+    positive_constraints = False
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def translate_ids(self, src, opts, constraints=None, **kwargs):
+        return self.engine.translate_ids(src, opts, constraints=constraints, **kwargs)
+
+
+def test_an_engine_without_positive_constraints_refuses_glossaries(translator):
+    t = Translator(
+        NoConstraints(translator.engine),
+        translator.tokenizer,
+        max_src_positions=translator.max_src_positions,
+        opts=translator.opts,
+        cfg=translator.cfg,
+    )
+    t.model_dir = translator.model_dir
+
+    async def body(client):
+        hit = await client.post("/v1/translate", json={"text": "A dog.", "glossary": TERMS})
+        miss = await client.post("/v1/translate", json={"text": "Two cats.", "glossary": TERMS})
+        return hit, miss, await client.get("/frontend/settings")
+
+    hit, miss, settings = serve(t, body)
+    assert hit.status_code == 400 and "cannot apply glossaries" in hit.json()["error"]
+    assert miss.status_code == 200  # no term in it: nothing to constrain
+    assert settings.json()["glossaries"] is False

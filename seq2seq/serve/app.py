@@ -15,7 +15,9 @@ Endpoints (docs/serving.md has the table):
   /frontend/settings``, ``POST /translate_file`` and ``GET /download_file/{token}/{name}``.
 - ``POST /v1/translate``: the native API, with the search options of ``seq2seq translate``
   (:class:`~seq2seq.serve.schemas.TranslateRequest`), n-best lists, scores and word alignments,
-  and per-text ``prefix`` / ``constraints`` / ``avoid`` (constrained decoding).
+  and per-text ``prefix`` / ``constraints`` / ``avoid`` (constrained decoding). It and
+  LibreTranslate's ``/translate`` and ``/translate_file`` take ``glossary`` and
+  ``do_not_translate`` (:mod:`seq2seq.serve.glossaries`).
 - ``POST /v1/attention``: cross-attention weights of each sentence's translation (torch
   engine only), for the heatmap of the web page.
 - ``GET /health``, ``GET /v1/models`` (languages, engine, size, manifest hash, defaults),

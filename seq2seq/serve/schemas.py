@@ -216,6 +216,10 @@ class TranslateRequest(GlossaryFields):
     that says the expected one (``["zeta", "kappa"]`` for two texts is not read as phrases of
     one character). A text with any of them is translated as one sentence (it may not hold a
     line break).
+
+    Glossaries (docs/serving.md, "Glossaries"): ``glossary`` (``{source, target}`` entries, or
+    the name of a glossary stored for the request's API key) and ``do_not_translate`` apply to
+    every sentence of every text.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
