@@ -129,3 +129,29 @@ def test_cli_glossary_and_do_not_translate(trained_dir: Path, tmp_path: Path):
     r = _run(str(trained_dir), "--glossary", str(terms), stdin="a dog\n")
     assert r.returncode == 2 and f"{terms}:2:".encode() in r.stderr
     assert b"Traceback" not in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_alignments_follow_a_restored_span():
+    g = Glossary([], ["ACME Corp"])
+    a = g.apply("We love ACME Corp products.", marks)
+    assert a.source == "We love @0@ products."
+    # masked output "@0@ lieben wir ." aligned 2-0 (@0@), 0-2, 1-1, 3-3 (products.->.)
+    got = a.restore_alignment("@0@ lieben wir .", [(0, 2), (1, 1), (2, 0), (3, 3)])
+    # restored: "ACME Corp lieben wir ." and "We love ACME Corp products."
+    assert got == [(0, 3), (1, 2), (2, 0), (2, 1), (3, 0), (3, 1), (4, 4)]
+    assert a.restore("@0@ lieben wir .") == "ACME Corp lieben wir ."
+
+
+def test_translator_alignments_count_the_restored_words(trained_dir: Path):
+    translator = Translator.load(trained_dir)
+    g = Glossary([], ["big red"])
+    (t,) = translator.translate_nbest(["A dog near big red"], glossary=g, alignments=True)[0]
+    assert "big red" in t.text
+    n_src, n_tgt = 5, len(t.text.split())
+    assert t.alignment and all(0 <= i < n_src and 0 <= j < n_tgt for i, j in t.alignment)
+    pairs = set(t.alignment)
+    # the span's two source words (3, 4) were one placeholder word: aligned alike
+    assert {j for i, j in pairs if i == 3} == {j for i, j in pairs if i == 4}
+    words = t.text.split()
+    k = next(k for k in range(len(words) - 1) if words[k : k + 2] == ["big", "red"])
+    assert {i for i, j in pairs if j == k} == {i for i, j in pairs if j == k + 1}

@@ -71,6 +71,29 @@ class Applied:
             text = text.replace(placeholder, span)
         return text
 
+    def restore_alignment(self, output: str, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """A word alignment of (:attr:`source`, ``output``) as one of the original sentence
+        and the restored output: a word that held a placeholder stands for the words of its
+        span (words: whitespace-separated, as seq2seq.decode.alignments counts them)."""
+        src, tgt = self._word_map(self.source), self._word_map(output)
+        out = {
+            (a, b)
+            for i, j in pairs
+            if i < len(src) and j < len(tgt)
+            for a in src[i]
+            for b in tgt[j]
+        }
+        return sorted(out)
+
+    def _word_map(self, masked: str) -> list[range]:
+        """Per word of ``masked``, the words of the restored text it became."""
+        out, start = [], 0
+        for word in masked.split():
+            n = len(self.restore(word).split())
+            out.append(range(start, start + n))
+            start += n
+        return out
+
 
 class Glossary:
     """Source terms with their targets, and do-not-translate spans (matching: module docstring).

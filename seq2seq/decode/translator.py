@@ -65,6 +65,14 @@ def _warn_truncated(line_no: int, n_tokens: int) -> None:
     warnings.warn(f"line {line_no}: {n_tokens} source tokens, truncated", stacklevel=3)
 
 
+def _restored(applied: Applied, t: Translation) -> Translation:
+    """``t`` with its do-not-translate spans restored, its alignment mapped to their words."""
+    alignment = t.alignment
+    if alignment is not None:
+        alignment = applied.restore_alignment(t.text, alignment)
+    return t._replace(text=applied.restore(t.text), alignment=alignment)
+
+
 class Translator:
     """Translates sentences with an engine and a SentencePiece tokenizer.
 
@@ -264,7 +272,7 @@ class Translator:
                     skip = int(tagged[i] is not read[i])  # the tag's column
                     results[i] = self._align(tagged[i], src[i], sent_hyps, results[i], skip)
                 if applied[i] is not None and applied[i].kept:
-                    results[i] = [t._replace(text=applied[i].restore(t.text)) for t in results[i]]
+                    results[i] = [_restored(applied[i], t) for t in results[i]]
                 start += len(sent_hyps)
         if alignments:  # empty sentences: nothing to align
             results = [[t._replace(alignment=t.alignment or []) for t in r] for r in results]
