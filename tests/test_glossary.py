@@ -114,6 +114,7 @@ def _run(*args: str, stdin: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_cli_glossary_and_do_not_translate(trained_dir: Path, tmp_path: Path):
     terms, words = tmp_path / "terms.tsv", tmp_path / "words.txt"
     terms.write_text("# a glossary\ndog\tcat bench\n", encoding="utf-8")

@@ -129,6 +129,7 @@ def _translate(*args: str, stdin: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_cli_translates_a_long_line_sentence_by_sentence(model_dir, tmp_path):
     translator = Translator.load(model_dir)
     sentences = paragraph(600, seed=2)

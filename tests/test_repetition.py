@@ -153,6 +153,7 @@ def test_the_server_counts_retries_in_metrics(model_dir):
     assert line and float(line[0].split()[-1]) >= 1.0, metrics.text[-500:]
 
 
+@pytest.mark.slow
 def test_cli_repetition_guard(model_dir):
     import os
     import subprocess

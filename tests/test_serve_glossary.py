@@ -17,6 +17,7 @@ from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.translator import Translator
 from seq2seq.serve.app import create_app
 from seq2seq.serve.config import ServeConfig
+from seq2seq.serve.glossaries import SqliteGlossaries
 from seq2seq.serve.keys import KeyStore
 from seq2seq.serve.served_model import model_info
 
@@ -134,13 +135,9 @@ def test_named_glossaries_belong_to_their_key(translator, tmp_path: Path):
     store = KeyStore(db, create=True)
     mine, other = store.add(), store.add()
     store.close()
-    terms = tmp_path / "terms.tsv"
-    terms.write_text("dog\tcat bench\n", encoding="utf-8")
-    r = _cli("add", "--db", str(db), "--key", mine, "--name", "pets", "--file", str(terms))
-    assert r.returncode == 0, r.stderr.decode()
-    r = _cli("list", "--db", str(db), "--key", mine)
-    assert r.stdout.decode().split() == [mine, "pets", "1"]
-    assert _cli("list", "--db", str(db), "--key", other).stdout == b""
+    glossaries = SqliteGlossaries(db)
+    glossaries.put(mine, "pets", [("dog", "cat bench")])
+    glossaries.close()
 
     async def body(client):
         def ask(key, name="pets"):
@@ -165,6 +162,21 @@ def test_named_glossaries_belong_to_their_key(translator, tmp_path: Path):
     assert keyless.status_code == 400 and "send api_key" in keyless.json()["error"]
     assert settings.json()["namedGlossaries"] is True
 
+
+@pytest.mark.slow
+def test_the_glossary_command(tmp_path: Path):
+    db = tmp_path / "keys.db"
+    store = KeyStore(db, create=True)
+    mine, other = store.add(), store.add()
+    store.close()
+    terms = tmp_path / "terms.tsv"
+    terms.write_text("dog\tcat bench\n", encoding="utf-8")
+    r = _cli("add", "--db", str(db), "--key", mine, "--name", "pets", "--file", str(terms))
+    assert r.returncode == 0, r.stderr.decode()
+    assert SqliteGlossaries(db).get(mine, "pets") == [("dog", "cat bench")]
+    r = _cli("list", "--db", str(db), "--key", mine)
+    assert r.stdout.decode().split() == [mine, "pets", "1"]
+    assert _cli("list", "--db", str(db), "--key", other).stdout == b""
     bad = tmp_path / "bad.tsv"
     bad.write_text("dog\tcat\nball\n", encoding="utf-8")
     r = _cli("add", "--db", str(db), "--key", mine, "--name", "x", "--file", str(bad))
