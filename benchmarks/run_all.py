@@ -35,6 +35,7 @@ BENCHMARKS = {
     "profile_step": (True, []),
     "constrained": (True, []),
     "termbase": (False, []),
+    "glossary": (False, []),
     "engine_thread": (True, []),
     "serve_load": (True, []),
     "serve_overhead": (False, []),

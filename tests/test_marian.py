@@ -779,5 +779,8 @@ def test_libretranslate_translate_on_a_converted_model(marian):
 
     response = run_app(app, main)
     assert response.status_code == 200, response.text
-    expected = translator.translate(test_src[:2])
+    # the server's repetition guard is on ("si si si si" in the first sentence is retried)
+    from seq2seq.decode import RepetitionGuard
+
+    expected = translator.translate(test_src[:2], repetition_guard=RepetitionGuard())
     assert response.json()["translatedText"] == expected

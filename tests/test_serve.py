@@ -19,11 +19,11 @@ from factories import make_model_dir, run_app
 
 from seq2seq.core.errors import UserError
 from seq2seq.decode.alignments import format_alignment
+from seq2seq.decode.paragraphs import split_text
 from seq2seq.decode.translator import Translator
 from seq2seq.serve.app import create_app
 from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
-from seq2seq.serve.paragraphs import split_text
 from seq2seq.serve.served_model import load_translator, model_info
 
 SENTENCES = [
@@ -327,7 +327,8 @@ def test_health_and_models(model_dir):
     assert m["limits"]["max_chars"] == ServeConfig().max_chars
     assert m["batching"]["continuous"] is False  # static batches by default (faster here)
     assert m["capabilities"] == {
-        "alignments": True, "prefix_and_avoid": True, "positive_constraints": True
+        "alignments": True, "prefix_and_avoid": True, "positive_constraints": True,
+        "glossaries": True, "named_glossaries": False,
     }  # fmt: skip
 
 

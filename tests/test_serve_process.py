@@ -28,8 +28,8 @@ import httpx
 import pytest
 from factories import make_model_dir
 
+from seq2seq.decode.paragraphs import split_text
 from seq2seq.decode.translator import Translator
-from seq2seq.serve.paragraphs import split_text
 
 pytestmark = pytest.mark.slow
 

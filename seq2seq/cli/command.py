@@ -17,6 +17,7 @@ from seq2seq.cli.convert import add_convert
 from seq2seq.cli.data import add_prepare
 from seq2seq.cli.evaluate import add_evaluate
 from seq2seq.cli.export import add_export
+from seq2seq.cli.glossary import add_glossary
 from seq2seq.cli.keys import add_keys
 from seq2seq.cli.outcome import run_command
 from seq2seq.cli.plots import add_plot
@@ -35,6 +36,7 @@ _SUBCOMMANDS = (
     add_translate,
     add_serve,
     add_keys,
+    add_glossary,
     add_evaluate,
     add_score,
     add_export,

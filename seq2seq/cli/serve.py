@@ -125,6 +125,11 @@ def add_serve(sub) -> None:
         "or a closed connection (default 30)",
     )
     p.add_argument("--no-access-log", action="store_true", help="no log line per request")
+    p.add_argument(
+        "--no-repetition-guard",
+        action="store_true",
+        help="do not search a looping translation again with no_repeat_ngram",
+    )
     add_search_args(p)
     # serve chooses its engine (the model directory's CTranslate2 export, else torch)
     p.set_defaults(run=_run_serve, engine=None)
@@ -167,6 +172,7 @@ def _run_serve(args) -> int:
         api_keys=args.api_keys,
         require_api_key=args.require_api_key,
         metrics=not args.no_metrics,
+        repetition_guard=not args.no_repetition_guard,
     )
     serve(
         args.model_dir,

@@ -28,10 +28,12 @@ def add_translate(sub) -> None:
         "Translate text line by line with a model directory.\n\n"
         "Reads FILE or standard input and writes one output line per input line (an empty\n"
         "line gives an empty line). Lines are translated as soon as they arrive: typed lines\n"
-        "one at a time, files and pipes in batches. With --nbest N > 1 each input line gives N\n"
-        "lines `LINE ||| TEXT ||| SCORE` (LINE: 1-based input line number; SCORE: length-\n"
-        "normalized log-probability; best first). Over-long lines are truncated to the\n"
-        "model's max positions, with a warning naming the line. With -o FILE the output is\n"
+        "one at a time, files and pipes in batches. A line too long for the model is cut into\n"
+        "sentences and their translations rejoined (--split-sentences). With --nbest N > 1\n"
+        "each input line gives N lines `LINE ||| TEXT ||| SCORE` (LINE: 1-based input line\n"
+        "number; SCORE: length-normalized log-probability; best first). A sentence still too\n"
+        "long (or a long line with --nbest, --scores, jsonl) is truncated to the model's max\n"
+        "positions, with a warning naming the line. With -o FILE the output is\n"
         "written to FILE.partial and renamed to FILE only once complete; --resume continues\n"
         "an interrupted FILE.partial, skipping the input lines it already holds.",
         "echo 'A man rides a bike.' | seq2seq translate runs/multi30k_small\n"
@@ -51,6 +53,20 @@ def add_translate(sub) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
     p.add_argument(
         "--resume", action="store_true", help="with -o: continue an interrupted FILE.partial"
+    )
+    p.add_argument(
+        "--split-sentences",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="cut a line into sentences (the server's Moses rules) and rejoin their "
+        "translations: auto (default), only a line too long for the model, which would "
+        "otherwise be truncated; always, every line; never",
+    )
+    p.add_argument(
+        "--repetition-guard",
+        action="store_true",
+        help="search a translation that loops (one 1- to 4-gram four times in a row beyond "
+        "its source) again with no_repeat_ngram (the server's default)",
     )
     p.add_argument(
         "--buffer-lines",
@@ -97,7 +113,19 @@ def add_translate(sub) -> None:
     g.add_argument(
         "--terminology",
         metavar="FILE",
-        help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET",
+        help="SOURCE<TAB>TARGET lines: a line holding SOURCE must hold TARGET (exact case)",
+    )
+    g.add_argument(
+        "--glossary",
+        metavar="FILE",
+        help="SOURCE<TAB>TARGET lines: where SOURCE occurs (whole words; a lowercase term in "
+        "any case), the translation holds TARGET (docs/translating.md: Glossaries)",
+    )
+    g.add_argument(
+        "--do-not-translate",
+        metavar="FILE",
+        help="one term per line: where a term occurs (as --glossary matches), it comes back "
+        "byte for byte",
     )
     add_search_args(p)
     add_direction_args(p)
@@ -108,7 +136,9 @@ def _run_translate(args) -> int:
     from pathlib import Path
 
     from seq2seq.decode import (
+        Glossary,
         LineConstraints,
+        RepetitionGuard,
         Terminology,
         Translator,
         fingerprint,
@@ -125,7 +155,12 @@ def _run_translate(args) -> int:
     set_threads(args.threads)
     check_device(args.device)
     check_paths(
-        input_files=[("-i", args.input), ("--terminology", args.terminology)],
+        input_files=[
+            ("-i", args.input),
+            ("--terminology", args.terminology),
+            ("--glossary", args.glossary),
+            ("--do-not-translate", args.do_not_translate),
+        ],
         input_dirs=[("model directory", args.model_dir)],
         output_files=[
             ("-o", args.output and f"{args.output}{suffix}")
@@ -137,12 +172,19 @@ def _run_translate(args) -> int:
         prefix=args.prefix,
         avoid=args.avoid,
         terminology=Terminology.load(args.terminology) if args.terminology else None,
+        glossary=(
+            Glossary.load(args.glossary, args.do_not_translate)
+            if args.glossary or args.do_not_translate
+            else None
+        ),
     )
     reader = open_lines(args.input)
     if args.output:
         args.on_stop = f"{args.output}.partial holds the lines so far: rerun with --resume"
     translator = Translator.load(args.model_dir, device=args.device, engine=args.engine, **search)
     translator.set_direction(args.source_lang, args.target_lang)
+    if args.repetition_guard:
+        translator.repetition_guard = RepetitionGuard()
     record = fingerprint(
         input_path=args.input,
         model_dir=args.model_dir,
@@ -157,7 +199,11 @@ def _run_translate(args) -> int:
             "prefix": args.prefix,
             "avoid": args.avoid,
             "terminology": _file_id(args.terminology),
+            "glossary": _file_id(args.glossary),
+            "do_not_translate": _file_id(args.do_not_translate),
             "direction": [translator.source_lang, translator.target_lang],
+            "split_sentences": args.split_sentences,
+            "repetition_guard": args.repetition_guard,
         },
     )
     with guard(args.output, resume=args.resume, record=record):  # --resume trusts FILE.partial
@@ -173,6 +219,14 @@ def _run_translate(args) -> int:
             scores=args.scores,
             alignments=args.alignments,
             line_constraints=line_constraints,
+            split_sentences=args.split_sentences,
+            language=translator.source_lang
+            or (translator.directions[0][0] if translator.directions else "en"),
+        )
+    if translator.repetition_guard is not None and translator.repetition_guard.retries:
+        warner("translate")(
+            f"{translator.repetition_guard.retries} looping translation(s) searched again "
+            "with no_repeat_ngram"
         )
     return 0
 

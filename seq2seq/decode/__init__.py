@@ -10,8 +10,11 @@ from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
     "ContinuousSearch": "continuous",
+    "Glossary": "glossary",
     "LineConstraints": "stream",
+    "RepetitionGuard": "repetition",
     "Scorer": "scoring",
+    "Segments": "paragraphs",
     "SearchOptions": "options",
     "Terminology": "terminology",
     "TorchEngine": "torch_engine",
@@ -20,9 +23,11 @@ _HOMES = {
     "fingerprint": "partial_output",
     "format_alignment": "alignments",
     "guard": "partial_output",
+    "join_text": "paragraphs",
     "open_lines": "lines",
     "read_lines": "lines",
     "score_files": "scoring",
+    "split_text": "paragraphs",
     "supports": "continuous",
     "translate_stream": "stream",
 }

@@ -194,7 +194,7 @@ class CTranslate2Engine:
         if constraints is not None and any(c.include for c in constraints):
             raise UserError(
                 "the ctranslate2 engine cannot do positive constraints (--constraints, "
-                "--terminology); use --engine torch (or onnx)"
+                "--terminology, --glossary, --do-not-translate); use --engine torch (or onnx)"
             )
         if opts.method == "sample":
             import ctranslate2

@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from seq2seq.core import UserError
+from seq2seq.decode.glossary import Glossary
 from seq2seq.decode.lines import LineReader
+from seq2seq.decode.paragraphs import translate_lines
 from seq2seq.decode.terminology import Terminology
 from seq2seq.decode.translator import Translator
 
@@ -30,19 +32,23 @@ class LineConstraints:
     that must not. With both ``constraints`` and ``avoid``, an empty field ends the
     constraints and the avoided phrases follow. Without any of the three, lines are not split
     (a tab is part of the source). ``terminology`` adds the target terms of the source terms
-    a line contains to its constraints.
+    a line contains to its constraints; ``glossary`` (``--glossary``, ``--do-not-translate``)
+    applies a :class:`~seq2seq.decode.glossary.Glossary` to every line.
     """
 
     constraints: str | None = None
     prefix: bool = False
     avoid: bool = False
     terminology: Terminology | None = None
+    glossary: Glossary | None = None
 
     def __post_init__(self) -> None:
         if self.constraints not in (None, "ordered", "unordered"):
             raise UserError(f"--constraints must be ordered or unordered, got {self.constraints!r}")
         if self.constraints == "ordered" and self.terminology is not None:
             raise UserError("terminology constraints are unordered: use --constraints unordered")
+        if self.constraints == "ordered" and self.glossary is not None:
+            raise UserError("glossary constraints are unordered: use --constraints unordered")
 
     @property
     def splits(self) -> bool:
@@ -50,12 +56,12 @@ class LineConstraints:
 
     @property
     def active(self) -> bool:
-        return self.splits or self.terminology is not None
+        return self.splits or self.terminology is not None or self.glossary is not None
 
     def parse(self, lines: list[str], where: Callable[[int], str]) -> tuple[list[str], dict]:
         """(the source texts, the constraint arguments of :meth:`Translator.translate_nbest`)."""
         if not self.splits:
-            return lines, dict(terminology=self.terminology)
+            return lines, dict(terminology=self.terminology, glossary=self.glossary)
         sources, prefixes, includes, avoids = [], [], [], []
         for i, line in enumerate(lines):
             source, *rest = line.split("\t")
@@ -83,6 +89,7 @@ class LineConstraints:
             prefix=prefixes if self.prefix else None,
             avoid=avoids if self.avoid else None,
             terminology=self.terminology,
+            glossary=self.glossary,
         )
 
 
@@ -130,6 +137,8 @@ def translate_stream(
     scores: bool = False,
     alignments: bool = False,
     line_constraints: LineConstraints | None = None,
+    split_sentences: str = "auto",
+    language: str = "en",
 ) -> int:
     """Translate every line of ``reader``; one output line per input line (``nbest`` with n-best).
 
@@ -150,6 +159,12 @@ def translate_stream(
 
     ``line_constraints``: read constraints from the lines (:class:`LineConstraints`).
 
+    ``split_sentences`` (plain text output; ``language``: the source's): a line is cut into
+    sentences and rejoined (:func:`seq2seq.decode.paragraphs.translate_lines`): ``auto``, a line
+    too long for the model (it would be truncated); ``always``, every line; ``never``, none.
+    Lines with constraints of their own (tab-separated fields) are never cut. ``always`` with
+    n-best, scores, alignments or JSON lines is an error (a line is then one sentence).
+
     Returns:
         The number of input lines read.
     """
@@ -161,6 +176,11 @@ def translate_stream(
         )
     nbest = translator.opts.nbest
     plain = output_format == "text" and not scores and not alignments
+    if split_sentences == "always" and not (plain and nbest == 1):
+        raise UserError(
+            "--split-sentences always gives plain text: not with --nbest, --scores, "
+            "--alignments or --output-format jsonl"
+        )
     lines_per_input = nbest if output_format == "text" else 1  # what resuming counts
     partial = None if output is None else output.with_name(output.name + ".partial")
     skip = 0
@@ -230,7 +250,19 @@ def translate_stream(
                     for t in entries
                 )
             else:
-                translations = translator.translate(chunk, on_truncated=on_truncated, **kwargs)
+                split = (
+                    "never"
+                    if line_constraints is not None and line_constraints.splits
+                    else (split_sentences)
+                )
+                translations = translate_lines(
+                    translator,
+                    chunk,
+                    split=split,
+                    language=language,
+                    on_truncated=on_truncated,
+                    **kwargs,
+                )
                 text = "".join(t + "\n" for t in translations[kept:])
             out.write(text.encode("utf-8"))
             out.flush()

@@ -1,7 +1,8 @@
 """Terminology: source terms and their target terms, which become constraints.
 
-A sentence that contains a source term (case-sensitive, as whole words: not inside a longer
-word) gets the term's target as an ``include`` constraint (seq2seq.decode.constraints), through
+A sentence that contains a source term (as whole words: not inside a longer word;
+case-sensitively, or with ``smart_case`` a term written in lowercase in any case) gets the
+term's target as an ``include`` constraint (seq2seq.decode.constraints), through
 :meth:`seq2seq.decode.translator.Translator.translate_nbest`.
 
 A termbase can hold millions of entries, so it is stored compactly, in memory proportional to
@@ -35,7 +36,9 @@ class Terminology:
     """Source terms and their target terms (a termbase).
 
     Matching: a source term matches where it occurs as whole words (the characters around it
-    are not word characters, ``re``'s ``\\w``), case-sensitively. Scanning the sentence from the
+    are not word characters, ``re``'s ``\\w``), case-sensitively; with ``smart_case``, a term
+    written without any uppercase letter (``bank``) matches in any case (``Bank``, ``BANK``),
+    and a term with one (``Apple``, ``US``) only exactly. Scanning the sentence from the
     left, the leftmost match is taken, the longest one where several start there ("New York
     City" over "New York"), and the scan goes on after it: matches never overlap.
 
@@ -45,12 +48,14 @@ class Terminology:
     Args:
         entries: ``(source term, target term)`` pairs (whitespace around each is dropped);
             errors name them ``entry N`` (1-based).
+        smart_case: the case rule above (the glossaries' rule, seq2seq.decode.glossary);
+            False: every term matches only exactly (``--terminology``).
 
     Raises:
         UserError: an empty term, or two entries with one source term and different targets.
     """
 
-    def __init__(self, entries: Iterable[tuple[str, str]]) -> None:
+    def __init__(self, entries: Iterable[tuple[str, str]], *, smart_case: bool = False) -> None:
         def numbered() -> Iterator[tuple[int, str, str]]:
             for no, (source, target) in enumerate(entries, start=1):
                 if not source.strip() or not target.strip():
@@ -58,10 +63,11 @@ class Terminology:
                 yield no, source.strip(), target.strip()
 
         self._origin = None
+        self.smart_case = smart_case
         self._build(numbered())
 
     @classmethod
-    def load(cls, path: str | Path) -> Terminology:
+    def load(cls, path: str | Path, *, smart_case: bool = False) -> Terminology:
         """Read ``SOURCE<TAB>TARGET`` lines (empty lines and ``#`` comments skipped).
 
         Raises:
@@ -78,6 +84,7 @@ class Terminology:
             raise UserError(f"cannot read {path}: {e.strerror}") from None
         self = cls.__new__(cls)
         self._origin = str(path)
+        self.smart_case = smart_case
         with f:
             self._build(_file_entries(f, path))
         return self
@@ -88,6 +95,13 @@ class Terminology:
 
     def __len__(self) -> int:
         return len(self._no)
+
+    def entries(self) -> list[tuple[str, str]]:
+        """Every ``(source term, target term)``, in file order."""
+        return [
+            (self._source(k).decode("utf-8"), self._target(k).decode("utf-8"))
+            for k in range(len(self))
+        ]
 
     def _build(self, entries: Iterator[tuple[int, str, str]]) -> None:
         # The blob holds source 0, target 0, source 1, ...; the term k's bytes are between
@@ -153,7 +167,20 @@ class Terminology:
             )
 
     def _lookup(self, spans: list[str]) -> list[int]:
-        """The entry whose source term is each span, or -1 (one binary search for all)."""
+        """The entry whose source term is each span, or -1 (one binary search for all); with
+        ``smart_case``, a span found nowhere is looked up again in lowercase, and taken if its
+        entry's source term has no uppercase letter."""
+        out = self._lookup_exact(spans)
+        if self.smart_case:
+            again = [i for i, k in enumerate(out) if k < 0 and spans[i] != spans[i].lower()]
+            for i, k in zip(again, self._lookup_exact([spans[i].lower() for i in again])):
+                if k >= 0:
+                    term = self._source(k).decode("utf-8")
+                    if term == term.lower():
+                        out[i] = k
+        return out
+
+    def _lookup_exact(self, spans: list[str]) -> list[int]:
         if not spans:
             return []
         h = np.fromiter((hash(x) for x in spans), np.int64, count=len(spans))
@@ -180,6 +207,14 @@ class Terminology:
     def find(self, source: str) -> list[tuple[str, str]]:
         """``(target term, where its entry is)`` for the source terms found in ``source``, in
         source order, each target once (``where``: see :meth:`where`)."""
+        found: dict[str, str] = {}
+        for _s, _e, target, where in self.spans(source):
+            found.setdefault(target, where)
+        return list(found.items())
+
+    def spans(self, source: str) -> list[tuple[int, int, str, str]]:
+        """``(start, end, target term, where its entry is)`` of every match in ``source``, in
+        source order (matches never overlap; see the class docstring)."""
         if not len(self._no) or not source:
             return []
         n = len(source)
@@ -196,13 +231,13 @@ class Terminology:
             if e - s in lengths
         ]
         entries = self._lookup([source[s:e] for s, e in spans])
-        found: dict[str, str] = {}
+        out = []
         resume = 0  # matches do not overlap: the next one starts at or after this
         for (s, e), k in zip(spans, entries):
             if k >= 0 and s >= resume:
-                found.setdefault(self._target(k).decode("utf-8"), self.where(int(self._no[k])))
+                out.append((s, e, self._target(k).decode("utf-8"), self.where(int(self._no[k]))))
                 resume = e
-        return list(found.items())
+        return out
 
 
 def _file_entries(f, path: Path) -> Iterator[tuple[int, str, str]]:

@@ -29,7 +29,9 @@ from seq2seq.core import UserError
 from seq2seq.decode.batching import batch_by_tokens
 from seq2seq.decode.constraints import Constraints
 from seq2seq.decode.engines import ENGINES
+from seq2seq.decode.glossary import Applied, Glossary, Placeholders, spread
 from seq2seq.decode.options import Engine, SearchOptions
+from seq2seq.decode.repetition import RepetitionGuard, loop_size
 from seq2seq.decode.search_base import Hypothesis
 from seq2seq.decode.terminology import Terminology
 
@@ -61,6 +63,14 @@ def _sentence_name(i: int) -> str:
 
 def _warn_truncated(line_no: int, n_tokens: int) -> None:
     warnings.warn(f"line {line_no}: {n_tokens} source tokens, truncated", stacklevel=3)
+
+
+def _restored(applied: Applied, t: Translation) -> Translation:
+    """``t`` with its do-not-translate spans restored, its alignment mapped to their words."""
+    alignment = t.alignment
+    if alignment is not None:
+        alignment = applied.restore_alignment(t.text, alignment)
+    return t._replace(text=applied.restore(t.text), alignment=alignment)
 
 
 class Translator:
@@ -101,6 +111,9 @@ class Translator:
         self.eos_id = EOS_ID
         self.source_lang: str | None = None
         self.target_lang: str | None = None
+        self._placeholders: Placeholders | None = None
+        self.repetition_guard: RepetitionGuard | None = None
+        """Used by calls that give none (``seq2seq translate --repetition-guard``)."""
 
     @classmethod
     def load(
@@ -172,9 +185,11 @@ class Translator:
         prefix: list[str | None] | None = None,
         avoid: list[list[str]] | None = None,
         terminology: Terminology | None = None,
+        glossary: Glossary | Sequence[Glossary | None] | None = None,
         where: Callable[[int], str] | None = None,
         source_lang: str | None = None,
         target_lang: str | None = None,
+        repetition_guard: RepetitionGuard | None = None,
         **overrides: object,
     ) -> list[list[Translation]]:
         """Up to ``nbest`` translations per sentence, best first, in input order.
@@ -193,6 +208,9 @@ class Translator:
         - ``avoid``: phrases that must never appear.
         - ``terminology``: the target terms of the source terms a sentence contains become
           constraints of that sentence (after its own ``constraints``).
+        - ``glossary``: a :class:`~seq2seq.decode.glossary.Glossary` for every sentence, or one
+          (or None) per sentence: its terms become constraints as ``terminology``'s do, and its
+          do-not-translate spans come back unchanged (:mod:`seq2seq.decode.glossary`).
 
         Phrases are matched as their SentencePiece pieces (each phrase encoded on its own).
         ``where(i)`` names sentence i (0-based) in errors (default: ``sentence i+1``).
@@ -200,13 +218,19 @@ class Translator:
         ``source_lang`` / ``target_lang``: the direction (:meth:`direction`); a multilingual
         model puts the target's tag (``<2fr>``) before each sentence, and alignments skip it.
 
+        ``repetition_guard`` (default: :attr:`repetition_guard`): a sentence whose best
+        hypothesis loops is searched again with ``no_repeat_ngram``
+        (:mod:`seq2seq.decode.repetition`).
+
         Raises:
             UserError: a constraint no output can meet (naming the sentence), or one the
                 engine cannot do (the CTranslate2 engine and positive constraints).
         """
         opts = self.opts.replace(**overrides) if overrides else self.opts
         name = where or _sentence_name
-        tagged = self.tag(sentences, source_lang=source_lang, target_lang=target_lang)
+        applied = self.apply_glossary(sentences, glossary)
+        read = [a.source if a else s for a, s in zip(applied, sentences)]
+        tagged = self.tag(read, source_lang=source_lang, target_lang=target_lang)
         src = self.encode(tagged, on_truncated=on_truncated)
         cons = self.constraints_for(
             sentences,
@@ -215,6 +239,7 @@ class Translator:
             prefix=prefix,
             avoid=avoid,
             terminology=terminology,
+            glossary=glossary,
             no_repeat_ngram=opts.no_repeat_ngram,
             where=where,
         )
@@ -228,6 +253,9 @@ class Translator:
             if cons is not None:
                 extra["constraints"] = [cons[i] for i in idx]
             hyps = self.engine.translate_ids([src[i] for i in idx], opts, **extra)
+            guard = repetition_guard or self.repetition_guard
+            if guard is not None:
+                hyps = self._guard(guard, [src[i] for i in idx], hyps, opts, extra)
             if cons is not None:
                 for i, sent_hyps in zip(idx, hyps):
                     if not sent_hyps:
@@ -241,12 +269,48 @@ class Translator:
             for i, sent_hyps in zip(idx, hyps):
                 results[i] = flat[start : start + len(sent_hyps)]
                 if alignments:
-                    skip = int(tagged[i] is not sentences[i])  # the tag's column
+                    skip = int(tagged[i] is not read[i])  # the tag's column
                     results[i] = self._align(tagged[i], src[i], sent_hyps, results[i], skip)
+                if applied[i] is not None and applied[i].kept:
+                    results[i] = [_restored(applied[i], t) for t in results[i]]
                 start += len(sent_hyps)
         if alignments:  # empty sentences: nothing to align
             results = [[t._replace(alignment=t.alignment or []) for t in r] for r in results]
         return results
+
+    def _guard(
+        self,
+        guard: RepetitionGuard,
+        src: list[list[int]],
+        hyps: list[list[Hypothesis]],
+        opts: SearchOptions,
+        extra: dict,
+    ) -> list[list[Hypothesis]]:
+        """``hyps`` with each looping sentence searched again (seq2seq.decode.repetition)."""
+        skip = 1 if self.multilingual else 0  # the language tag is not the sentence's
+        again: dict[int, list[int]] = {}  # no_repeat_ngram -> sentences
+        for j, (ids, sent_hyps) in enumerate(zip(src, hyps)):
+            if sent_hyps:
+                out = [t for t in sent_hyps[0].tokens if t != self.eos_id]
+                n = loop_size(ids[skip:-1], out)
+                k = guard.retry_ngram(n) if n else 0
+                if k and not 0 < opts.no_repeat_ngram <= k:  # not already as strict
+                    again.setdefault(k, []).append(j)
+        if not again:
+            return hyps
+        hyps = list(hyps)
+        for k, js in again.items():
+            kwargs = dict(extra)
+            if "constraints" in extra:
+                kwargs["constraints"] = [extra["constraints"][j] for j in js]
+            redone = self.engine.translate_ids(
+                [src[j] for j in js], opts.replace(no_repeat_ngram=k), **kwargs
+            )
+            for j, new in zip(js, redone):
+                if new:  # none: a constraint repeats an n-gram; keep the first search's
+                    hyps[j] = new
+            guard.counted(len(js))
+        return hyps
 
     def _align(
         self,
@@ -271,6 +335,20 @@ class Translator:
             pairs = align_pieces(attention, src_pieces[skip:], tgt_pieces)
             aligned.append(t._replace(alignment=pairs))
         return aligned
+
+    def apply_glossary(
+        self, sentences: list[str], glossary: Glossary | Sequence[Glossary | None] | None
+    ) -> list[Applied | None]:
+        """Per sentence, what its glossary makes of it (:meth:`Glossary.apply`), or None."""
+        out: list[Applied | None] = []
+        for text, g in zip(sentences, spread(glossary, len(sentences))):
+            if g is None or not text.strip():
+                out.append(None)
+                continue
+            if self._placeholders is None and len(g.keep):
+                self._placeholders = Placeholders(self.tokenizer)
+            out.append(g.apply(text, self._placeholders))  # type: ignore[arg-type]
+        return out
 
     @property
     def directions(self) -> tuple[tuple[str, str], ...]:
@@ -324,6 +402,7 @@ class Translator:
         prefix: list[str | None] | None = None,
         avoid: list[list[str]] | None = None,
         terminology: Terminology | None = None,
+        glossary: Glossary | Sequence[Glossary | None] | None = None,
         no_repeat_ngram: int = 0,
         where: Callable[[int], str] | None = None,
     ) -> list[Constraints] | None:
@@ -336,14 +415,22 @@ class Translator:
         for arg, given in (("constraints", constraints), ("prefix", prefix), ("avoid", avoid)):
             if given is not None and len(given) != n:
                 raise ValueError(f"{arg} has {len(given)} entries for {n} sentences")
-        if constraints is None and prefix is None and avoid is None and terminology is None:
+        if all(x is None for x in (constraints, prefix, avoid, terminology, glossary)):
             return None
         include_text = [list(constraints[i]) if constraints else [] for i in range(n)]
         term_where: list[dict[str, str]] = [{} for _ in range(n)]  # target term -> its entry
+        shown_as: list[dict[str, str]] = [{} for _ in range(n)]  # glossary phrase -> its name
         if terminology is not None:
             for i, text in enumerate(sentences):
                 term_where[i] = dict(terminology.find(text))
                 include_text[i] += list(term_where[i])
+        if glossary is not None:
+            if ordered and any(g is not None for g in spread(glossary, n)):
+                raise UserError("glossary constraints are unordered: drop ordered constraints")
+            for i, a in enumerate(self.apply_glossary(sentences, glossary)):
+                if a is not None:
+                    shown_as[i] = a.names()
+                    include_text[i] += a.include
         avoid_text = [list(avoid[i]) if avoid else [] for i in range(n)]
         prefix_text = [(prefix[i] or "") if prefix else "" for i in range(n)]
         # One SentencePiece call for every phrase of the batch.
@@ -372,6 +459,8 @@ class Translator:
             for text, ids_ in phrases:
                 origin = None if text in own else term_where[i].get(text)
                 shown = f"{text!r} (terminology {origin})" if origin else repr(text)
+                if text not in own and text in shown_as[i]:
+                    shown = shown_as[i][text]
                 names.setdefault(tuple(int(t) for t in ids_), shown)
             try:
                 c.check(

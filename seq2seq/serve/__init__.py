@@ -1,5 +1,5 @@
 """Serving: the HTTP server (native and LibreTranslate APIs): its app, request schemas and
-bodies, translation service, dynamic batching, paragraphs, API keys and rate limits, language
+bodies, translation service, dynamic batching, paragraphs, API keys and rate limits, named glossaries, language
 detection, HTML and file translation, metrics, the web page and the launcher.
 
 The public names below are imported on first use (docs/design.md, "Layers").
@@ -12,6 +12,7 @@ from seq2seq.core.exports import lazy_exports
 _HOMES = {
     "KeyStore": "keys",
     "ServeConfig": "config",
+    "SqliteGlossaries": "glossaries",
     "serve": "launcher",
 }
 __all__ = sorted(_HOMES)

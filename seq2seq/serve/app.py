@@ -4,7 +4,7 @@ The app serves one :class:`~seq2seq.decode.translator.Translator` (a model direc
 CTranslate2 / ONNX export folder). Request handlers run on the event loop: they read and check
 the body (:mod:`seq2seq.serve.bodies`, :mod:`seq2seq.serve.schemas`) and hand the texts to the
 service (:mod:`seq2seq.serve.service`), which cuts them into sentences
-(:mod:`seq2seq.serve.paragraphs`), queues them on a :class:`~seq2seq.serve.batcher.Batcher`
+(:mod:`seq2seq.decode.paragraphs`), queues them on a :class:`~seq2seq.serve.batcher.Batcher`
 (the sentences of concurrent requests are translated together in token-budgeted batches on
 one worker thread: :func:`seq2seq.serve.batcher.engine_thread`) and rejoins the results.
 
@@ -15,7 +15,9 @@ Endpoints (docs/serving.md has the table):
   /frontend/settings``, ``POST /translate_file`` and ``GET /download_file/{token}/{name}``.
 - ``POST /v1/translate``: the native API, with the search options of ``seq2seq translate``
   (:class:`~seq2seq.serve.schemas.TranslateRequest`), n-best lists, scores and word alignments,
-  and per-text ``prefix`` / ``constraints`` / ``avoid`` (constrained decoding).
+  and per-text ``prefix`` / ``constraints`` / ``avoid`` (constrained decoding). It and
+  LibreTranslate's ``/translate`` and ``/translate_file`` take ``glossary`` and
+  ``do_not_translate`` (:mod:`seq2seq.serve.glossaries`).
 - ``POST /v1/attention``: cross-attention weights of each sentence's translation (torch
   engine only), for the heatmap of the web page.
 - ``GET /health``, ``GET /v1/models`` (languages, engine, size, manifest hash, defaults),
@@ -50,11 +52,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from seq2seq.decode import format_alignment
-from seq2seq.serve.access import Access
+from seq2seq.serve.access import Access, Client
 from seq2seq.serve.bodies import RequestError, read_json_object, validate
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.detect import Detector
 from seq2seq.serve.files import FileStore
+from seq2seq.serve.glossaries import SqliteGlossaries, request_glossary
 from seq2seq.serve.keys import KeyTable
 from seq2seq.serve.libre import add_libre_routes
 from seq2seq.serve.logs import log
@@ -106,6 +109,7 @@ def create_app(
     """
     config = config or ServeConfig()
     keys = KeyTable(config.api_keys) if config.api_keys else None
+    glossaries = SqliteGlossaries(config.api_keys) if config.api_keys else None
     access = Access(keys, require_key=config.require_api_key, req_limit=config.req_limit)
     service: TranslationService
     metrics = (
@@ -149,11 +153,12 @@ def create_app(
             answer.headers["Retry-After"] = str(exc.retry_after)
         return answer
 
-    async def admit(request: Request, fields: dict) -> None:
-        """Check the request's key (body field or query string) and count it."""
+    async def admit(request: Request, fields: dict) -> Client:
+        """Check the request's key (body field or query string) and count it: who it is."""
         client = await access.check_request(request, fields)
         if metrics is not None and client.key is not None:
             metrics.key_request(client.key)
+        return client
 
     def native_body(data: dict) -> dict:
         """The native APIs take ``api_key`` too; it is not a field of their schemas."""
@@ -191,6 +196,7 @@ def create_app(
         detector=Detector(),
         files=FileStore(config.file_expiry_s, max_bytes=64 * config.max_file_bytes),
         openapi=libre_schema,
+        glossaries=glossaries,
     )
 
     @app.get("/metrics", include_in_schema=False)
@@ -239,6 +245,8 @@ def create_app(
             "alignments": not getattr(translator.engine, "no_attention", None),
             "prefix_and_avoid": True,
             "positive_constraints": info.engine != "ctranslate2",
+            "glossaries": service.can_constrain,
+            "named_glossaries": glossaries is not None,
         }
         entry["limits"] = {
             "max_chars": config.max_chars,
@@ -260,8 +268,11 @@ def create_app(
     )
     async def translate_native(request: Request) -> JSONResponse:
         data = await read_json_object(request, config.max_body_bytes)
-        await admit(request, data)
+        client = await admit(request, data)
         req = validate(TranslateRequest, native_body(data))
+        glossary = request_glossary(
+            req.glossary, req.do_not_translate, key=client.key, store=glossaries
+        )
         language, _ = service.check_pair(req.source, req.target)
         opts = service.options(**{k: getattr(req, k) for k in SEARCH_FIELDS})
         batch = isinstance(req.text, list)
@@ -281,7 +292,12 @@ def create_app(
         source = req.source_lang or req.source
         direction = (None if source == "auto" else source, req.target_lang or req.target)
         results = await service.translate(
-            split, opts, constrained, alignments=req.alignments, direction=direction
+            split,
+            opts,
+            constrained,
+            alignments=req.alignments,
+            direction=direction,
+            glossary=glossary,
         )
         detail = req.scores or req.alignments or opts.nbest > 1
         out = []

@@ -173,11 +173,39 @@ async def read_libre_fields(request, limit: int) -> tuple[dict, bool]:
 
 def _form_numbers(form: dict[str, str]) -> dict[str, Any]:
     """A form's integer fields as ints, so that forms and JSON bodies meet the same strict
-    schema: ``alternatives=2`` is 2; anything but decimal digits stays a string (a 400)."""
+    schema: ``alternatives=2`` is 2; anything but decimal digits stays a string (a 400).
+    The glossary fields as :func:`form_glossary_fields` reads them."""
     value = form.get("alternatives")
     if value is not None and value.strip().isascii() and value.strip().isdigit():
-        return {**form, "alternatives": int(value.strip())}
-    return form
+        form = {**form, "alternatives": int(value.strip())}
+    return form_glossary_fields(form)
+
+
+def form_glossary_fields(form: dict[str, Any]) -> dict[str, Any]:
+    """A form's ``glossary`` and ``do_not_translate`` as a JSON body has them: a ``glossary``
+    that starts with ``[`` is a JSON list of entries (else a glossary's name);
+    ``do_not_translate`` is a JSON list, or one term per line.
+
+    Raises:
+        RequestError: 400 for malformed JSON, naming the field.
+    """
+    out = dict(form)
+    for name in ("glossary", "do_not_translate"):
+        value = out.get(name)
+        if not isinstance(value, str):
+            continue
+        if value.lstrip().startswith("["):
+            try:
+                out[name] = json.loads(value, parse_constant=_no_constant)
+            except json.JSONDecodeError as e:
+                raise RequestError(
+                    400, f"form field {name!r}: malformed JSON: {e.msg} at column {e.colno}"
+                ) from None
+        elif name == "do_not_translate":
+            out[name] = [t.strip() for t in value.splitlines() if t.strip()]
+        elif not value.strip():
+            out[name] = None
+    return out
 
 
 async def read_json_object(request, limit: int) -> dict:

@@ -46,6 +46,8 @@ class ServeConfig:
         read_timeout_s: seconds a request's head and body may take to arrive (from the
             connection or the request's first byte); a slower one is answered 408 or closed
             (:mod:`seq2seq.serve.http_protocol`).
+        repetition_guard: search a sentence whose translation loops again with
+            ``no_repeat_ngram`` (seq2seq.decode.repetition; not in continuous batching).
 
     Raises:
         UserError: a limit out of its range (named as the CLI option that sets it).
@@ -70,6 +72,7 @@ class ServeConfig:
     file_expiry_s: float = 1800.0
     metrics: bool = True
     read_timeout_s: float = 30.0
+    repetition_guard: bool = True
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):

@@ -1,7 +1,8 @@
 """``POST /translate_file``: the uploaded file, and the translated files waiting to be fetched.
 
 An upload is a multipart form with a ``file`` part (``.txt`` or ``.html``/``.htm``, UTF-8, at
-most ``--max-file-bytes``) and the ``source`` / ``target`` / ``api_key`` fields. The translated
+most ``--max-file-bytes``) and the ``source`` / ``target`` / ``api_key`` fields (and
+``glossary`` / ``do_not_translate``, :func:`seq2seq.serve.bodies.form_glossary_fields`). The translated
 file is kept in memory under a random token of 256 bits and fetched with ``GET
 /download_file/{token}/{name}``: the URL itself is the capability (as LibreTranslate's download
 link is), so it needs no key. A file is forgotten ``--file-expiry`` seconds after it was made

@@ -17,13 +17,20 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
-from seq2seq.serve.bodies import RequestError, read_libre_fields, validate
+from seq2seq.serve.bodies import (
+    RequestError,
+    form_glossary_fields,
+    read_libre_fields,
+    validate,
+)
 from seq2seq.serve.files import FILE_FORMATS, FileStore, read_upload
-from seq2seq.serve.schemas import LibreTranslateRequest
+from seq2seq.serve.glossaries import SqliteGlossaries, request_glossary
+from seq2seq.serve.schemas import GlossaryFields, LibreTranslateRequest
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from seq2seq.serve.access import Client
     from seq2seq.serve.detect import Detector
     from seq2seq.serve.service import TranslationService
 
@@ -41,7 +48,7 @@ LANGUAGE_NAMES = {
 }  # fmt: skip
 """English names for ``GET /languages`` (a code not listed is its own name)."""
 
-Admit = Callable[[Request, dict], Awaitable[None]]
+Admit = Callable[[Request, dict], Awaitable["Client"]]
 
 
 def _name(code: str) -> str:
@@ -56,6 +63,7 @@ def add_libre_routes(
     detector: Detector,
     files: FileStore,
     openapi: dict,
+    glossaries: SqliteGlossaries | None = None,
 ) -> None:
     """Add LibreTranslate's routes to ``app``.
 
@@ -63,10 +71,11 @@ def add_libre_routes(
         app: the FastAPI app.
         service: the translation service.
         admit: ``await admit(request, fields)``: checks the key and the rate limit (raises
-            RequestError).
+            RequestError); the client (its key).
         detector: language detection over the model's languages.
         files: where translated files wait for their download.
         openapi: the OpenAPI request body of ``POST /translate`` (JSON and forms).
+        glossaries: the named glossaries (None: the server has no key database).
     """
     info, config = service.info, service.config
 
@@ -88,8 +97,11 @@ def add_libre_routes(
     )
     async def translate(request: Request) -> JSONResponse:
         data, _is_form = await read_libre_fields(request, config.max_body_bytes)
-        await admit(request, data)
+        client = await admit(request, data)
         req = validate(LibreTranslateRequest, data)
+        glossary = request_glossary(
+            req.glossary, req.do_not_translate, key=client.key, store=glossaries
+        )
         html = req.format == "html"
         if req.alternatives > config.max_alternatives:
             raise RequestError(
@@ -108,9 +120,11 @@ def add_libre_routes(
         direction = service.check_pair(source, req.target)
         body: dict[str, Any] = {}
         if html:
-            out = await service.translate_html(texts, direction=direction, field="q")
+            out = await service.translate_html(
+                texts, direction=direction, field="q", glossary=glossary
+            )
         else:
-            out, alts = await service.translate_libre(texts, direction, req.alternatives)
+            out, alts = await service.translate_libre(texts, direction, req.alternatives, glossary)
             if req.alternatives:
                 body["alternatives"] = alts if batch else alts[0]
         body = {"translatedText": out if batch else out[0], **body}
@@ -151,6 +165,9 @@ def add_libre_routes(
             "suggestions": False,
             "filesTranslation": True,
             "supportedFilesFormat": sorted(FILE_FORMATS),
+            # glossary and do_not_translate fields (constrained decoding: not on ctranslate2)
+            "glossaries": service.can_constrain,
+            "namedGlossaries": glossaries is not None,
             "language": {
                 "source": {"code": info.source, "name": _name(info.source)},
                 "target": {"code": info.target, "name": _name(info.target)},
@@ -160,7 +177,11 @@ def add_libre_routes(
     @app.post("/translate_file", summary="LibreTranslate: translate a .txt or .html file")
     async def translate_file(request: Request) -> JSONResponse:
         upload = await read_upload(request, config.max_file_bytes)
-        await admit(request, upload.fields)
+        client = await admit(request, upload.fields)
+        fields = validate(GlossaryFields, form_glossary_fields(upload.fields))
+        glossary = request_glossary(
+            fields.glossary, fields.do_not_translate, key=client.key, store=glossaries
+        )
         source = upload.fields.get("source") or info.source
         target = upload.fields.get("target") or info.target
         if source.strip().lower() == "auto":
@@ -168,10 +189,10 @@ def add_libre_routes(
         direction = service.check_pair(source, target)
         if upload.name.lower().endswith((".html", ".htm")):
             (out,) = await service.translate_html(
-                [upload.text], direction=direction, field="file", totals=False
+                [upload.text], direction=direction, field="file", totals=False, glossary=glossary
             )
         else:
-            out = await service.translate_file_text(upload.text, direction)
+            out = await service.translate_file_text(upload.text, direction, glossary)
         stem, _, suffix = upload.name.rpartition(".")
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "file"
         name = f"{safe}.{re.sub(r'[^a-z0-9-]', '_', target.strip().lower())}.{suffix.lower()}"

@@ -12,6 +12,8 @@ Metrics (all prefixed ``seq2seq_``):
 - ``batch_sentences``: a histogram of the sentences per engine batch;
 - ``translated_sentences_total`` and ``translated_characters_total``: source sentences and
   their characters translated;
+- ``repetition_retries_total``: sentences searched again because their translation looped
+  (seq2seq.decode.repetition);
 - ``key_requests_total{key}``: requests let through per API key, the key as the first 16 hex
   digits of its sha256 (:func:`seq2seq.serve.logs.key_label`, as the log shows it: a scrape
   never shows a key).
@@ -71,6 +73,11 @@ class ServerMetrics:
         self.characters = Counter(
             "seq2seq_translated_characters",
             "Characters of the source sentences translated",
+            registry=r,
+        )
+        self.repetition_retries = Counter(
+            "seq2seq_repetition_retries",
+            "Sentences searched again with no_repeat_ngram because their translation looped",
             registry=r,
         )
         self.key_requests = Counter(

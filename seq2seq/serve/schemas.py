@@ -6,9 +6,23 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
-__all__ = ["SEARCH_FIELDS", "AttentionRequest", "LibreTranslateRequest", "TranslateRequest"]
+__all__ = [
+    "SEARCH_FIELDS",
+    "AttentionRequest",
+    "GlossaryEntry",
+    "GlossaryFields",
+    "LibreTranslateRequest",
+    "TranslateRequest",
+]
 
 SEARCH_FIELDS = (
     "method", "beam_size", "nbest", "len_penalty", "min_len", "max_len_a", "max_len_b",
@@ -83,7 +97,81 @@ def _per_text(name: str, value: Any, text: Any) -> Any:
     return value
 
 
-class LibreTranslateRequest(BaseModel):
+class GlossaryEntry(BaseModel):
+    """One entry of a request's glossary: where ``source`` occurs, the translation holds
+    ``target`` (docs/serving.md, "Glossaries")."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    source: str = Field(description="the source term (whole words; lowercase: any case)")
+    target: str = Field(description="its translation")
+
+    @field_validator("source", "target")
+    @classmethod
+    def _term(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("an empty term")
+        if "\t" in value or "\n" in value or "\r" in value:
+            raise ValueError("a term holds no tab or line break")
+        return value
+
+
+def _keep_terms(value: Any) -> Any:
+    if value is None or not _is_phrases(value):
+        return value  # the type error is pydantic's
+    for i, term in enumerate(value):
+        if not term.strip():
+            raise ValueError(f"entry {i}: an empty term")
+    return value
+
+
+class GlossaryFields(BaseModel):
+    """The glossary fields every translating route takes: ``glossary`` (entries, or the name
+    of a glossary stored for the request's API key) and ``do_not_translate``."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    glossary: str | list[GlossaryEntry] | None = Field(
+        None, description="[{source, target}, ...], or the name of a stored glossary"
+    )
+    do_not_translate: list[str] | None = Field(
+        None, description="terms that come back exactly as they are"
+    )
+
+    @field_validator("do_not_translate", mode="before")
+    @classmethod
+    def _keep(cls, value: Any) -> Any:
+        return _keep_terms(value)
+
+    @field_validator("glossary", mode="before")
+    @classmethod
+    def _glossary(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        if not isinstance(value, list):
+            raise ValueError(
+                f"expected a glossary's name or a list of {{source, target}} objects, got "
+                f"{_shape(value)}"
+            )
+        out = []
+        for i, entry in enumerate(value):
+            if not isinstance(entry, dict):
+                raise ValueError(
+                    f"entry {i}: expected an object {{source, target}}, got {_shape(entry)}"
+                )
+            try:
+                out.append(GlossaryEntry.model_validate(entry))
+            except ValidationError as e:
+                first = e.errors()[0]
+                loc = ".".join(str(p) for p in first["loc"])
+                msg = {"missing": "missing", "extra_forbidden": "unknown field"}.get(
+                    first["type"], first["msg"].removeprefix("Value error, ")
+                )
+                raise ValueError(f"entry {i}: {loc + ': ' if loc else ''}{msg}") from None
+        return out
+
+
+class LibreTranslateRequest(GlossaryFields):
     """LibreTranslate's ``POST /translate`` body (JSON, or the same fields as a form).
 
     Fields are strict: ``alternatives`` is a JSON integer (not ``true``, ``2.5`` or ``"2"``);
@@ -108,7 +196,7 @@ class LibreTranslateRequest(BaseModel):
         return _text_or_list(value, "q")
 
 
-class TranslateRequest(BaseModel):
+class TranslateRequest(GlossaryFields):
     """The native ``POST /v1/translate`` body.
 
     Search options left out (or null) keep the server's defaults (the model's ``decoding``
@@ -128,6 +216,10 @@ class TranslateRequest(BaseModel):
     that says the expected one (``["zeta", "kappa"]`` for two texts is not read as phrases of
     one character). A text with any of them is translated as one sentence (it may not hold a
     line break).
+
+    Glossaries (docs/serving.md, "Glossaries"): ``glossary`` (``{source, target}`` entries, or
+    the name of a glossary stored for the request's API key) and ``do_not_translate`` apply to
+    every sentence of every text.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)

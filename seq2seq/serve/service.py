@@ -20,18 +20,24 @@ from lxml.etree import LxmlError
 from starlette.concurrency import run_in_threadpool
 
 from seq2seq.core import UserError
-from seq2seq.decode import TorchEngine, supports
+from seq2seq.decode import (
+    RepetitionGuard,
+    Segments,
+    TorchEngine,
+    join_text,
+    split_text,
+    supports,
+)
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
 from seq2seq.serve.html import HtmlDocument, HtmlLimitError, RunTranslation
 from seq2seq.serve.logs import log
-from seq2seq.serve.paragraphs import Segments, join_text, split_text
 from seq2seq.serve.stream import SearchStream
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
-    from seq2seq.decode import SearchOptions
+    from seq2seq.decode import Glossary, SearchOptions
     from seq2seq.serve.config import ServeConfig
     from seq2seq.serve.metrics import ServerMetrics
     from seq2seq.serve.schemas import TranslateRequest
@@ -50,13 +56,15 @@ class _Text:
 
 @dataclass(frozen=True)
 class _Constrained:
-    """A sentence and its constraints: what the batcher queues for a constrained text."""
+    """A sentence and its constraints: what the batcher queues for a constrained text, or for
+    a sentence a request's glossary applies to."""
 
     text: str
-    prefix: str
-    constraints: tuple[str, ...]
-    avoid: tuple[str, ...]
-    ordered: bool
+    prefix: str = ""
+    constraints: tuple[str, ...] = ()
+    avoid: tuple[str, ...] = ()
+    ordered: bool = False
+    glossary: Glossary | None = None
 
 
 def _text_of(sentence: str | _Constrained) -> str:
@@ -97,6 +105,11 @@ class TranslationService:
         self.info = info
         self.config = config
         self.metrics = metrics
+        self.guard = (
+            RepetitionGuard(metrics.repetition_retries.inc if metrics is not None else None)
+            if config.repetition_guard
+            else None
+        )
         per_call = getattr(translator.engine, "batches_per_call", 1)
         budget = config.max_batch_tokens or translator.opts.max_tokens * per_call
         engine = translator.engine
@@ -153,6 +166,7 @@ class TranslationService:
                     constraints=[list(x.constraints) for x in items],
                     avoid=[list(x.avoid) for x in items],
                     ordered=ordered,
+                    glossary=[x.glossary for x in items],
                 )
             results = self.translator.translate_nbest(
                 [_text_of(x) for x in items],
@@ -160,6 +174,7 @@ class TranslationService:
                 alignments=key.alignments,
                 source_lang=key.direction[0],
                 target_lang=key.direction[1],
+                repetition_guard=self.guard,
                 **kwargs,
                 **fields,
             )
@@ -337,10 +352,14 @@ class TranslationService:
         alignments: bool = False,
         direction: tuple[str | None, str | None] = (None, None),
         parts: bool = False,
+        glossary: Glossary | None = None,
     ) -> list[list]:
         """Per sentence of the request, its n-best list of Translations.
 
         ``constrained``: text index -> its one constrained sentence (see :meth:`constrained`).
+        ``glossary``: the request's glossary (:func:`seq2seq.serve.glossaries.request_glossary`),
+        applied to each sentence it matches (checked here: a term the vocabulary cannot
+        spell is this request's 400).
         ``alignments``: fill each Translation's ``alignment`` (such sentences are batched
         only with others that want alignments). ``direction``: ``(source_lang, target_lang)``
         of the body, checked by the Translator (a 400 names the directions it knows).
@@ -353,10 +372,25 @@ class TranslationService:
         sentences: list = []
         for k, t in enumerate(texts):
             if constrained and k in constrained:
-                sentences.extend([constrained[k]] * len(t.segments.sentences))
+                c = constrained[k]
+                if glossary is not None:
+                    c = dataclasses.replace(c, glossary=glossary)
+                sentences.extend([c] * len(t.segments.sentences))
+            elif glossary is not None:
+                sentences.extend(
+                    _Constrained(s, glossary=glossary) if glossary.matches(s) else s
+                    for s in t.segments.sentences
+                )
             else:
                 sentences.extend(t.segments.sentences)
-        key = _Options(opts, alignments, constrained=bool(constrained), direction=direction)
+        if glossary is not None:
+            self._check_glossary(sentences, opts)
+        key = _Options(
+            opts,
+            alignments,
+            constrained=any(isinstance(x, _Constrained) for x in sentences),
+            direction=direction,
+        )
         try:
             if parts:
                 results = await self._in_parts(sentences, key)
@@ -417,6 +451,37 @@ class TranslationService:
                 return
             await asyncio.sleep(0.02)
 
+    def _check_glossary(self, sentences: list, opts: SearchOptions) -> None:
+        """RequestError 400 when the glossary cannot be applied to the request's sentences."""
+        todo = [x for x in sentences if isinstance(x, _Constrained) and x.glossary is not None]
+        if not todo:
+            return
+        if not self.can_constrain:
+            raise RequestError(
+                400, "this server's engine cannot apply glossaries; serve with --engine torch"
+            )
+        if opts.method == "sample":
+            raise RequestError(400, "a glossary needs beam search or greedy, not sampling")
+        for x in dict.fromkeys(todo):
+            try:
+                self.translator.constraints_for(
+                    [x.text],
+                    constraints=[list(x.constraints)],
+                    ordered=x.ordered,
+                    prefix=[x.prefix],
+                    avoid=[list(x.avoid)],
+                    glossary=x.glossary,
+                    no_repeat_ngram=opts.no_repeat_ngram,
+                    where=lambda _i, s=x.text: f"sentence {s[:40]!r}",
+                )
+            except UserError as e:
+                raise RequestError(400, f"glossary: {e}") from None
+
+    @property
+    def can_constrain(self) -> bool:
+        """Whether the engine does positive constraints (glossaries, ``constraints``)."""
+        return getattr(self.translator.engine, "positive_constraints", True)
+
     @property
     def can_align(self) -> bool:
         """Whether the engine gives word alignments (cross-attention)."""
@@ -433,7 +498,11 @@ class TranslationService:
             check_unicode(text, field if len(texts) == 1 else f"{field}[{i}]")
 
     async def translate_libre(
-        self, texts: list[str], direction: tuple[str, str], alternatives: int
+        self,
+        texts: list[str],
+        direction: tuple[str, str],
+        alternatives: int,
+        glossary: Glossary | None = None,
     ) -> tuple[list[str], list[list[str]]]:
         """LibreTranslate's text translation in ``direction`` (from :meth:`check_pair`): per
         text its translation and up to ``alternatives`` other ones (the n-best list's distinct
@@ -448,7 +517,7 @@ class TranslationService:
         else:
             opts = self.options(nbest=1)
         split = self.split(texts, language=direction[0], split=True, field="q")
-        results = await self.translate(split, opts, direction=direction)
+        results = await self.translate(split, opts, direction=direction, glossary=glossary)
         out = [self.joined(t, results) for t in split]
         alts = []
         for text, best in zip(split, out):
@@ -462,7 +531,13 @@ class TranslationService:
         return out, alts
 
     async def translate_html(
-        self, texts: list[str], *, direction: tuple[str, str], field: str, totals: bool = True
+        self,
+        texts: list[str],
+        *,
+        direction: tuple[str, str],
+        field: str,
+        totals: bool = True,
+        glossary: Glossary | None = None,
     ) -> list[str]:
         """Each HTML text translated in ``direction`` with its markup kept
         (:mod:`seq2seq.serve.html`)."""
@@ -485,7 +560,12 @@ class TranslationService:
             lambda: self.split(runs, language=direction[0], split=True, field=field, totals=totals)
         )
         results = await self.translate(
-            split, self.options(nbest=1), alignments=align, direction=direction, parts=not totals
+            split,
+            self.options(nbest=1),
+            alignments=align,
+            direction=direction,
+            parts=not totals,
+            glossary=glossary,
         )
         done = []
         for t in split:
@@ -508,7 +588,9 @@ class TranslationService:
 
         return await run_in_threadpool(rebuild)
 
-    async def translate_file_text(self, text: str, direction: tuple[str, str]) -> str:
+    async def translate_file_text(
+        self, text: str, direction: tuple[str, str], glossary: Glossary | None = None
+    ) -> str:
         """A text file's translation in ``direction``, its layout kept (lines, indentation)."""
         split = await run_in_threadpool(  # a whole file: off the event loop
             lambda: self.split(
@@ -516,7 +598,7 @@ class TranslationService:
             )
         )
         results = await self.translate(
-            split, self.options(nbest=1), direction=direction, parts=True
+            split, self.options(nbest=1), direction=direction, parts=True, glossary=glossary
         )
         return self.joined(split[0], results)
 

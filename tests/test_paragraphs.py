@@ -1,4 +1,4 @@
-"""seq2seq.serve.paragraphs: paragraphs cut into sentences and put back with their line breaks."""
+"""seq2seq.decode.paragraphs: paragraphs cut into sentences and put back with their line breaks."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seq2seq.serve.paragraphs import join_text, split_text
+from seq2seq.decode.paragraphs import join_text, split_text
 
 
 def test_sentences_are_split_with_the_rules_for_abbreviations():
