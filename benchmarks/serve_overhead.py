@@ -6,7 +6,8 @@ against one with neither), and a 3% target sits within the noise of a shared 2-c
 this times the parts alone, in one process, with no HTTP, each call timed on its own with a
 millisecond's pause between calls (as requests arrive):
 
-- the key check, :meth:`seq2seq.serve.access.Access.admit` with 8 keys in an SQLite key file
+- the key check, :meth:`seq2seq.serve.state_local.LocalState.check` (what
+  :meth:`seq2seq.serve.access.Access.admit` awaits without Redis) with 8 keys in an SQLite key file
   (each key's limit high enough never to refuse), as served (the file checked at most once a
   second, ``KeyTable(max_age_s=1)``) and with the file checked at every lookup
   (``max_age_s=0``);
@@ -34,9 +35,11 @@ from pathlib import Path
 
 import needs  # this folder: one line and exit 2 for a user mistake
 
-from seq2seq.serve.access import Access, MovingWindow
+from seq2seq.serve.access import MovingWindow
+from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.keys import KeyStore, KeyTable
 from seq2seq.serve.metrics import ServerMetrics
+from seq2seq.serve.state_local import LocalState
 
 
 def timings_us(fn, n: int) -> list[float]:
@@ -81,8 +84,9 @@ def main() -> None:
         db = Path(tmp) / "keys.db"
         store = KeyStore(db, create=True)
         keys = [store.add(10**9) for _ in range(8)]
-        served = Access(KeyTable(db), require_key=False, req_limit=0)
-        every = Access(KeyTable(db, max_age_s=0), require_key=False, req_limit=0)
+        served = LocalState(ServeConfig(api_keys=str(db)))
+        every = LocalState(ServeConfig(api_keys=str(db)))
+        every.keys = KeyTable(db, max_age_s=0)
         metrics = ServerMetrics(queued=lambda: 0)
         window = MovingWindow()
 
@@ -91,11 +95,11 @@ def main() -> None:
             metrics.request("/translate", 200, 0.1)
 
         parts = {
-            "key check, as served (file checked <= 1/s)": lambda i: served.admit(
-                keys[i % 8], "127.0.0.1"
+            "key check, as served (file checked <= 1/s)": lambda i: served.check(
+                keys[i % 8], "127.0.0.1", 0
             ),
-            "key check, file checked at every lookup": lambda i: every.admit(
-                keys[i % 8], "127.0.0.1"
+            "key check, file checked at every lookup": lambda i: every.check(
+                keys[i % 8], "127.0.0.1", 0
             ),
             "metrics of one request": counted,
             "rate limit: MovingWindow.hit": lambda i: window.hit(f"key:{keys[i % 8]}", 10**9),

@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import math
+import os
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -54,8 +55,6 @@ from seq2seq.serve.access import Access
 from seq2seq.serve.bodies import RequestError, read_json_object, validate
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.detect import Detector
-from seq2seq.serve.files import FileStore
-from seq2seq.serve.keys import KeyTable
 from seq2seq.serve.libre import add_libre_routes
 from seq2seq.serve.logs import log
 from seq2seq.serve.metrics import CONTENT_TYPE, MetricsMiddleware, ServerMetrics
@@ -66,6 +65,7 @@ from seq2seq.serve.schemas import (
     TranslateRequest,
 )
 from seq2seq.serve.service import TranslationService
+from seq2seq.serve.state import open_state
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
@@ -102,11 +102,12 @@ def create_app(
     down; run the app under uvicorn (or ``httpx.ASGITransport`` inside a lifespan).
 
     Raises:
-        UserError: ``config.api_keys`` names a file that is missing or not a key database.
+        UserError: ``config.api_keys`` names a file that is missing or not a key database;
+            ``config.redis`` is not a Redis URL.
     """
     config = config or ServeConfig()
-    keys = KeyTable(config.api_keys) if config.api_keys else None
-    access = Access(keys, require_key=config.require_api_key, req_limit=config.req_limit)
+    state = open_state(config)  # keys, counts and files: in memory, or shared through Redis
+    access = Access(state, require_key=config.require_api_key, req_limit=config.req_limit)
     service: TranslationService
     metrics = (
         ServerMetrics(queued=lambda: service.batcher.stats.queued_sentences)
@@ -117,11 +118,13 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app):
+        await state.start()
         await service.batcher.start()
         try:
             yield
         finally:
             await service.batcher.close()
+            await state.close()
 
     app = FastAPI(
         title="seq2seq translation server",
@@ -134,6 +137,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.state.service = service
+    app.state.shared = state  # the state backend (GET /ready asks it)
     if metrics is not None:
         app.add_middleware(MetricsMiddleware, metrics=metrics)
 
@@ -155,7 +159,7 @@ def create_app(
         if not isinstance(key, str):
             key = None
         address = request.client.host if request.client else "unknown"
-        client = access.admit(key, address)
+        client = await access.admit(key, address)
         if metrics is not None and client.key is not None:
             metrics.key_request(client.key)
 
@@ -193,7 +197,7 @@ def create_app(
         service,
         admit=admit,
         detector=Detector(),
-        files=FileStore(config.file_expiry_s, max_bytes=64 * config.max_file_bytes),
+        state=state,
         openapi=libre_schema,
     )
 
@@ -212,6 +216,7 @@ def create_app(
         s = service.batcher.stats
         return {
             "status": "ok" if service.batcher.running else "stopping",
+            "pid": os.getpid(),  # which worker process answered (--workers)
             "model": info.id,
             "engine": info.engine,
             "queued_sentences": s.queued_sentences,
@@ -254,7 +259,8 @@ def create_app(
             "req_limit": config.req_limit,
             "max_file_bytes": config.max_file_bytes,
         }
-        entry["api_keys"] = {"enabled": keys is not None, "required": config.require_api_key}
+        entry["api_keys"] = {"enabled": state.keys_enabled, "required": config.require_api_key}
+        entry["state"] = state.description
         return {"models": [entry]}
 
     @app.post(

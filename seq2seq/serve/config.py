@@ -31,8 +31,13 @@ class ServeConfig:
             between its steps and leave it when done (seq2seq.decode.continuous); False (the
             default): static batches only. Sampling, greedy, constraints, the n-gram ban and
             alignments always run in static batches.
-        api_keys: the SQLite key file (``seq2seq keys``); None: the server takes no keys.
-        require_api_key: refuse requests without a key (with ``api_keys``).
+        api_keys: the SQLite key file (``seq2seq keys``); None: the server takes no keys
+            (unless ``redis`` is set).
+        redis: ``redis://HOST:PORT/DB``: API keys, rate-limit counts and translated files live
+            in that Redis, shared by every worker and replica (seq2seq.serve.state_redis); it
+            is then the key store (no ``api_keys``). None: the key file and this process's
+            memory.
+        require_api_key: refuse requests without a key (with ``api_keys`` or ``redis``).
         req_limit: requests per minute per key without its own limit, and per address for
             requests without a key; 0: no limit.
         slowdown_delay_s: seconds a request over its limit waits for its 429 (a client that
@@ -59,6 +64,7 @@ class ServeConfig:
     lanes: int = 0
     continuous: bool = False
     api_keys: str | None = None
+    redis: str | None = None
     require_api_key: bool = False
     req_limit: int = 0
     slowdown_delay_s: float = 1.0
@@ -78,8 +84,13 @@ class ServeConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 0")
         if self.max_file_bytes < 1 or self.file_expiry_s <= 0:
             raise UserError("--max-file-bytes and --file-expiry must be > 0")
-        if self.require_api_key and not self.api_keys:
-            raise UserError("--require-api-key needs --api-keys FILE")
+        if self.api_keys and self.redis:
+            raise UserError(
+                "--api-keys and --redis exclude each other: with --redis the keys live in Redis "
+                "(seq2seq keys add --redis URL)"
+            )
+        if self.require_api_key and not (self.api_keys or self.redis):
+            raise UserError("--require-api-key needs --api-keys FILE or --redis URL")
         if not 0 <= self.slowdown_delay_s <= 60:
             raise UserError(
                 f"--slowdown-delay must be between 0 and 60 seconds, got {self.slowdown_delay_s}"

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from seq2seq.core import UserError
 
-__all__ = ["KEY_ALPHABET", "KeyStore", "KeyTable"]
+__all__ = ["KEY_ALPHABET", "KeyStore", "KeyTable", "check_req_limit", "new_key"]
 
 KEY_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~-")
 """The characters of a key (URL-safe: a key may travel in a query string)."""
@@ -32,6 +32,25 @@ KEY_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS api_keys (api_key TEXT NOT NULL PRIMARY KEY, req_limit INTEGER)"
 )
+
+
+def new_key() -> str:
+    """A new random key: 32 characters of :data:`KEY_ALPHABET` (192 random bits), never
+    starting with '-' (``seq2seq keys remove KEY`` would read it as an option)."""
+    key = secrets.token_urlsafe(24)
+    while key.startswith("-"):
+        key = secrets.token_urlsafe(24)
+    return key
+
+
+def check_req_limit(req_limit: int | None) -> None:
+    """A key's own requests per minute: None (the server's) or at least 1.
+
+    Raises:
+        UserError: below 1.
+    """
+    if req_limit is not None and req_limit < 1:
+        raise UserError(f"--req-limit must be >= 1, got {req_limit}")
 
 
 def _connect(path: Path) -> sqlite3.Connection:
@@ -57,6 +76,7 @@ class KeyStore:
 
     def __init__(self, path: str | Path, *, create: bool = False) -> None:
         self.path = Path(path)
+        self.where = str(self.path)
         if not self.path.is_file():
             if not create:
                 raise UserError(
@@ -80,11 +100,8 @@ class KeyStore:
         Raises:
             UserError: ``req_limit`` below 1.
         """
-        if req_limit is not None and req_limit < 1:
-            raise UserError(f"--req-limit must be >= 1, got {req_limit}")
-        key = secrets.token_urlsafe(24)  # 192 random bits
-        while key.startswith("-"):  # `seq2seq keys remove KEY` would read it as an option
-            key = secrets.token_urlsafe(24)
+        check_req_limit(req_limit)
+        key = new_key()
         with self._con:
             self._con.execute("INSERT INTO api_keys VALUES (?, ?)", (key, req_limit))
         return key

@@ -18,7 +18,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
 from seq2seq.serve.bodies import RequestError, read_libre_fields, validate
-from seq2seq.serve.files import FILE_FORMATS, FileStore, read_upload
+from seq2seq.serve.files import FILE_FORMATS, read_upload
 from seq2seq.serve.schemas import LibreTranslateRequest
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from seq2seq.serve.detect import Detector
     from seq2seq.serve.service import TranslationService
+    from seq2seq.serve.state import State
 
 __all__ = ["LANGUAGE_NAMES", "add_libre_routes"]
 
@@ -54,7 +55,7 @@ def add_libre_routes(
     *,
     admit: Admit,
     detector: Detector,
-    files: FileStore,
+    state: State,
     openapi: dict,
 ) -> None:
     """Add LibreTranslate's routes to ``app``.
@@ -65,7 +66,8 @@ def add_libre_routes(
         admit: ``await admit(request, fields)``: checks the key and the rate limit (raises
             RequestError).
         detector: language detection over the model's languages.
-        files: where translated files wait for their download.
+        state: the state backend, where translated files wait for their download (in memory,
+            or in Redis for every replica).
         openapi: the OpenAPI request body of ``POST /translate`` (JSON and forms).
     """
     info, config = service.info, service.config
@@ -146,7 +148,7 @@ def add_libre_routes(
         return {
             "charLimit": config.max_chars,
             "frontendTimeout": 500,
-            "apiKeys": config.api_keys is not None,
+            "apiKeys": state.keys_enabled,
             "keyRequired": config.require_api_key,
             "suggestions": False,
             "filesTranslation": True,
@@ -175,13 +177,13 @@ def add_libre_routes(
         stem, _, suffix = upload.name.rpartition(".")
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "file"
         name = f"{safe}.{re.sub(r'[^a-z0-9-]', '_', target.strip().lower())}.{suffix.lower()}"
-        token = files.put(name, out)
+        token = await state.put_file(name, out)
         url = str(request.url_for("download_file", token=token, name=name))
         return JSONResponse({"translatedFileUrl": url})
 
     @app.get("/download_file/{token}/{name}", summary="A translated file (its URL is the key)")
     async def download_file(token: str, name: str) -> Response:
-        stored = files.get(token)
+        stored = await state.get_file(token)
         if stored is None or stored.name != name:
             raise RequestError(404, "no such file (translated files expire)")
         return Response(
