@@ -18,7 +18,8 @@ def add_serve(sub) -> None:
         "Serve a model over HTTP (FastAPI + uvicorn) with dynamic batching.\n\n"
         "Speaks LibreTranslate's API (POST /translate with text or HTML and source auto,\n"
         "GET /languages, POST /detect, GET /frontend/settings, POST /translate_file) with its\n"
-        "API keys (--api-keys, managed by `seq2seq keys`) and rate limits; POST /v1/translate\n"
+        "API keys (--api-keys, managed by `seq2seq keys`) and rate limits, kept in a Redis that\n"
+        "workers and replicas share with --redis; POST /v1/translate\n"
         "takes the search options below per request; GET /health, GET /v1/models, GET /metrics\n"
         "(Prometheus); a web page at / and the API docs at /docs. A model directory that holds\n"
         "a CTranslate2 export (MODEL_DIR/export/NAME, int8 preferred) is served with it unless\n"
@@ -29,6 +30,8 @@ def add_serve(sub) -> None:
         "seq2seq serve runs/m30k_ct2 --engine ctranslate2 --host 0.0.0.0 --beam 4\n"
         "seq2seq keys add --db keys.db --req-limit 60\n"
         "seq2seq serve runs/demo/averaged --api-keys keys.db --require-api-key --req-limit 30\n"
+        "seq2seq keys add --redis redis://127.0.0.1:6379/0 --req-limit 60\n"
+        "seq2seq serve runs/demo/averaged --redis redis://127.0.0.1:6379/0 --workers 2\n"
         "curl -s localhost:8080/translate -H 'Content-Type: application/json' "
         '-d \'{"q": "Two dogs play.", "source": "en", "target": "de"}\'',
     )
@@ -97,6 +100,13 @@ def add_serve(sub) -> None:
     )
     k = p.add_argument_group("API keys, rate limits, files, metrics")
     k.add_argument("--api-keys", metavar="FILE", help="the key database (`seq2seq keys add`)")
+    k.add_argument(
+        "--redis",
+        metavar="URL",
+        help="redis://HOST:PORT/DB: keep API keys (`seq2seq keys add --redis URL`), rate-limit "
+        "counts and translated files in this Redis, shared by every worker and replica "
+        "(instead of --api-keys; checked before the port opens)",
+    )
     k.add_argument("--require-api-key", action="store_true", help="refuse requests without a key")
     k.add_argument(
         "--req-limit",
@@ -117,6 +127,14 @@ def add_serve(sub) -> None:
         "--file-expiry", type=float, metavar="S", help="seconds a translated file is kept"
     )
     k.add_argument("--no-metrics", action="store_true", help="no GET /metrics, nothing counted")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="server processes on the one port, each with its own engine (default 1; more than "
+        "one needs --redis, where they share keys, limits and files)",
+    )
     p.add_argument("--no-access-log", action="store_true", help="no log line per request")
     add_search_args(p)
     # serve chooses its engine (the model directory's CTranslate2 export, else torch)
@@ -157,6 +175,7 @@ def _run_serve(args) -> int:
         batching=not args.no_batching,
         continuous=args.continuous,
         api_keys=args.api_keys,
+        redis=args.redis,
         require_api_key=args.require_api_key,
         metrics=not args.no_metrics,
     )
@@ -168,6 +187,8 @@ def _run_serve(args) -> int:
         port=args.port,
         config=config,
         access_log=not args.no_access_log,
+        workers=args.workers,
+        threads=args.threads,
         **search_overrides(args),
     )
     return 0

@@ -1,6 +1,6 @@
 """Serving: the HTTP server (native and LibreTranslate APIs): its app, request schemas and
-bodies, translation service, dynamic batching, paragraphs, API keys and rate limits, language
-detection, HTML and file translation, metrics, the web page and the launcher.
+bodies, translation service, dynamic batching, paragraphs, API keys and rate limits, the state
+they live in (in memory or in Redis), worker processes, language detection, HTML and file translation, metrics, the web page and the launcher.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
@@ -11,6 +11,7 @@ from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
     "KeyStore": "keys",
+    "RedisKeyStore": "state_redis",
     "ServeConfig": "config",
     "serve": "launcher",
 }

@@ -1,5 +1,6 @@
-"""``seq2seq serve``'s start and stop: listen, load the model on the engine thread, run the app
-under uvicorn until SIGTERM or Ctrl-C.
+"""``seq2seq serve``'s start and stop: check Redis (``--redis``), listen, load the model on the
+engine thread, run the app under uvicorn until SIGTERM or Ctrl-C; with ``--workers N``, N such
+processes on the one socket (:mod:`seq2seq.serve.workers`).
 
 A stop stops accepting connections, finishes the requests in flight, then exits (uvicorn's
 graceful shutdown, then :meth:`~seq2seq.serve.batcher.Batcher.close` finishes anything still
@@ -23,6 +24,8 @@ from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.http_protocol import http_settings
 from seq2seq.serve.logs import log
 from seq2seq.serve.served_model import choose_engine, load_translator
+from seq2seq.serve.state_redis import check_reachable
+from seq2seq.serve.workers import supervise
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -40,6 +43,8 @@ def serve(
     config: ServeConfig | None = None,
     access_log: bool = True,
     log_level: str = "info",
+    workers: int = 1,
+    threads: int | None = None,
     **search: object,
 ) -> None:
     """Load ``model_dir`` and serve it until SIGTERM or SIGINT (then finish in-flight work).
@@ -55,19 +60,73 @@ def serve(
         config: limits and batching.
         access_log: log one line per request.
         log_level: uvicorn's log level.
+        workers: server processes on the port, each with its own engine
+            (:mod:`seq2seq.serve.workers`); more than one needs ``config.redis``.
+        threads: torch's threads in each worker process (None: torch's default).
         **search: search-option defaults (None = the model's config), as ``seq2seq translate``.
 
     Raises:
-        UserError: a bad model directory, engine or option; a port that is taken.
+        UserError: a bad model directory, engine or option; a port that is taken; a Redis URL
+            that does not answer (before the port opens).
     """
-    import uvicorn
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    config = config or ServeConfig()
+    if workers < 1:
+        raise UserError(f"--workers must be >= 1, got {workers}")
+    if workers > 1 and not config.redis:
+        raise UserError(
+            "--workers above 1 needs --redis URL: the workers share API keys, rate limits and "
+            "translated files through it (a local redis-server will do)"
+        )
     # Listen first: a taken port fails before the model loads, and clients that connect
     # while it loads wait in the backlog instead of being refused.
     dirs = list(model_dir) if isinstance(model_dir, (list, tuple)) else [model_dir]
     engine, dirs = choose_engine(dirs, engine)
+    if config.redis:
+        check_reachable(config.redis)  # one line and exit 2, before the port opens
     sock = _listen(host, port)
+    job = (dirs, engine, device, config, access_log, log_level, search, threads)
+    try:
+        if workers == 1:
+            serve_on(*job, sock=sock, ready=lambda line: _announce(line, sock))
+        else:
+            supervise(serve_on, job, sock, workers)
+    finally:
+        sock.close()
+
+
+def _announce(line: str, sock: socket.socket) -> None:
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    log.info("%s on http://%s:%d (API docs: /docs)", line, shown, port)
+
+
+def serve_on(
+    dirs: list,
+    engine: str,
+    device: str,
+    config: ServeConfig,
+    access_log: bool,
+    log_level: str,
+    search: dict,
+    threads: int | None,
+    *,
+    sock: socket.socket,
+    ready,
+) -> None:
+    """One server process on the listening ``sock``: load the model, call ``ready(line)``
+    (``line``: what it serves), run uvicorn until SIGTERM or SIGINT, finish in-flight work.
+
+    Raises:
+        UserError: a bad model directory, engine or option.
+    """
+    import uvicorn
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
     # Every engine call runs on one thread, loading and warm-up included (engine_thread says
     # why: a model loaded on another thread decodes slower).
     executor = engine_thread()
@@ -75,9 +134,8 @@ def serve(
         translator, info = load_translator(
             dirs, engine=engine, device=device, search=search, executor=executor
         )
-        app = create_app(translator, info=info, config=config or ServeConfig(), executor=executor)
+        app = create_app(translator, info=info, config=config, executor=executor)
     except BaseException:
-        sock.close()
         executor.shutdown(wait=False, cancel_futures=True)
         raise
     uv_config = uvicorn.Config(
@@ -89,13 +147,8 @@ def serve(
         **http_settings(),  # a bounded request head, whichever parser is installed
     )
     server = uvicorn.Server(uv_config)
-    bound_host, bound_port = sock.getsockname()[:2]
-    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
-    log.info(
-        "serving %s (%s, %s engine: %s) on http://%s:%d (API docs: /docs)",
-        info.id, ", ".join(f"{s}->{t}" for s, t in info.directions), engine, info.path,
-        shown, bound_port,
-    )  # fmt: skip
+    directions = ", ".join(f"{s}->{t}" for s, t in info.directions)
+    ready(f"serving {info.id} ({directions}, {engine} engine: {info.path})")
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; a no-op
     # handler lets the process then exit 0 (stopped cleanly) instead of dying by the signal.
     previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
@@ -103,7 +156,6 @@ def serve(
         server.run(sockets=[sock])
     finally:
         signal.signal(signal.SIGTERM, previous)
-        sock.close()
         executor.shutdown()
 
 
