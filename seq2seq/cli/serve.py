@@ -153,8 +153,6 @@ def _run_serve(args) -> int:
     set_threads(args.threads)
     check_device(args.device)
     check_paths(input_dirs=[("model directory", d) for d in args.model_dir])
-    if args.api_keys:
-        check_paths(input_files=[("--api-keys", args.api_keys)])
     given = dict(
         max_queue=args.max_queue,
         req_limit=args.req_limit,
@@ -179,6 +177,8 @@ def _run_serve(args) -> int:
         require_api_key=args.require_api_key,
         metrics=not args.no_metrics,
     )
+    if args.api_keys:
+        check_paths(input_files=[("--api-keys", args.api_keys)])
     serve(
         args.model_dir,
         engine=args.engine,

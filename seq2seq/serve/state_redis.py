@@ -52,9 +52,6 @@ PREFIX = "seq2seq:"
 TIMEOUT_S = 2.0
 """The longest a request waits for Redis (to connect, or for an answer) before its 503."""
 
-WINDOW_US = 60_000_000
-"""The rate-limit window: one minute, in microseconds (Redis' ``TIME``)."""
-
 ADMIT_LUA = """
 local limit = tonumber(ARGV[2])
 if ARGV[1] ~= '' then
@@ -179,6 +176,7 @@ class RedisState:
         url: ``redis://[:PASSWORD@]HOST:PORT/DB`` (``rediss://`` for TLS, ``unix:///PATH``).
         file_expiry_s: seconds a translated file stays downloadable.
         max_file_bytes: the most bytes of translated files held at once.
+        window_s: the rate-limit window (60: "N per 1 minute"; tests shorten it).
 
     Raises:
         UserError: a malformed URL (reachability is :func:`check_reachable`'s).
@@ -186,8 +184,11 @@ class RedisState:
 
     keys_enabled = True
 
-    def __init__(self, url: str, *, file_expiry_s: float, max_file_bytes: int) -> None:
+    def __init__(
+        self, url: str, *, file_expiry_s: float, max_file_bytes: int, window_s: float = 60.0
+    ) -> None:
         self.url = url
+        self.window_us = round(window_s * 1e6)
         self.description = f"Redis at {shown_url(url)}"
         self.file_expiry_ms = max(1, round(1000 * file_expiry_s))
         self.max_file_bytes = max_file_bytes
@@ -231,7 +232,7 @@ class RedisState:
         async with self._answering():
             known, limit, wait_us = await self._admit(
                 keys=[_KEYS, PREFIX + "window:" + who_counts(key, address)],
-                args=[key or "", req_limit, WINDOW_US, secrets.token_hex(6)],
+                args=[key or "", req_limit, self.window_us, secrets.token_hex(6)],
             )
         if not known:
             return Admission(known=False)
