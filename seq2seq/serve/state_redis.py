@@ -138,16 +138,21 @@ def _options(url: str) -> dict:
             f"--redis {shown_url(url)}: not a Redis URL (redis://HOST:PORT/DB, rediss://... "
             "or unix:///PATH)"
         )
+    try:
+        import redis  # noqa: F401
+    except ImportError:
+        raise UserError("--redis needs redis-py: pip install 'seq2seq[serve]'") from None
     return {"socket_timeout": TIMEOUT_S, "socket_connect_timeout": TIMEOUT_S}
 
 
 def _sync_client(url: str):
+    options = _options(url)
     import redis
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
     try:
-        return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 1), **_options(url))
+        return redis.Redis.from_url(url, retry=Retry(NoBackoff(), 1), **options)
     except ValueError as e:
         raise UserError(f"--redis {shown_url(url)}: {e}") from None
 
@@ -158,9 +163,9 @@ def check_reachable(url: str) -> None:
     Raises:
         UserError: a malformed URL, or no Redis answers there (one line).
     """
+    client = _sync_client(url)
     import redis
 
-    client = _sync_client(url)
     try:
         client.ping()
     except redis.RedisError as e:
