@@ -65,20 +65,35 @@ from seq2seq.serve.schemas import (
     TranslateRequest,
 )
 from seq2seq.serve.service import TranslationService
-from seq2seq.serve.state import open_state
+from seq2seq.serve.state_local import LocalState
+from seq2seq.serve.state_redis import RedisState
 
 if TYPE_CHECKING:
     from concurrent.futures import ThreadPoolExecutor
 
     from seq2seq.serve.served_model import ModelInfo
+    from seq2seq.serve.state import State
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "open_state"]
 
 
 def _static_page() -> str:
     return (
         resources.files("seq2seq.serve").joinpath("static/index.html").read_text(encoding="utf-8")
     )
+
+
+def open_state(config: ServeConfig) -> State:
+    """The state backend ``config`` asks for (:mod:`seq2seq.serve.state`): Redis with
+    ``config.redis``, else the key file and this process' memory.
+
+    Raises:
+        UserError: a key file that is missing or not a key database; a malformed Redis URL.
+    """
+    if config.redis:
+        return RedisState(config.redis, file_expiry_s=config.file_expiry_s,
+                          max_file_bytes=64 * config.max_file_bytes)  # fmt: skip
+    return LocalState(config)
 
 
 def create_app(

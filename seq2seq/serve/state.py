@@ -10,6 +10,8 @@ Two backends implement :class:`State`, one module each:
 - :class:`~seq2seq.serve.state_redis.RedisState` (``--redis URL``): all three in Redis, so
   that every worker process and every replica sees the same keys, counts and files.
 
+:func:`seq2seq.serve.app.open_state` picks one from the server's config.
+
 The policy (which key is required, what a 403 or 429 says) is
 :class:`~seq2seq.serve.access.Access`'s; a backend only answers :meth:`State.admit`: is the key
 known, what is its limit, and may one more request through. A backend that cannot answer
@@ -25,10 +27,9 @@ from typing import TYPE_CHECKING, Protocol
 from seq2seq.serve.bodies import RequestError
 
 if TYPE_CHECKING:
-    from seq2seq.serve.config import ServeConfig
     from seq2seq.serve.files import StoredFile
 
-__all__ = ["Admission", "State", "open_state", "unavailable", "who_counts"]
+__all__ = ["Admission", "State", "unavailable", "who_counts"]
 
 RETRY_AFTER_S = 2
 """The ``Retry-After`` of a 503 for a state store that does not answer."""
@@ -112,19 +113,3 @@ class State(Protocol):
     async def ping(self) -> bool:
         """Whether the store answers now (``GET /ready``)."""
         ...
-
-
-def open_state(config: ServeConfig) -> State:
-    """The backend ``config`` asks for: Redis with ``config.redis``, else the local one.
-
-    Raises:
-        UserError: a key file that is missing or not a key database; a malformed Redis URL.
-    """
-    if config.redis:
-        from seq2seq.serve.state_redis import RedisState
-
-        return RedisState(config.redis, file_expiry_s=config.file_expiry_s,
-                          max_file_bytes=64 * config.max_file_bytes)  # fmt: skip
-    from seq2seq.serve.state_local import LocalState
-
-    return LocalState(config)
