@@ -25,7 +25,7 @@ from seq2seq.serve.app import create_app
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.files import FileStore
 from seq2seq.serve.html import HtmlDocument, RunTranslation
-from seq2seq.serve.keys import KEY_ALPHABET, KeyStore, KeyTable
+from seq2seq.serve.keys import KEY_ALPHABET, KeyStore, KeysUnavailable, KeyTable
 from seq2seq.serve.metrics import key_label
 from seq2seq.serve.served_model import choose_engine, held_export, model_info
 
@@ -112,6 +112,60 @@ def test_key_store_makes_private_files_and_fresh_keys(tmp_path):
         store.remove("nope")
     with pytest.raises(UserError, match="not found"):
         KeyStore(tmp_path / "missing.db")
+
+
+def test_a_key_file_is_private_from_its_first_byte_even_through_a_symlink(tmp_path):
+    link = tmp_path / "keys.db"
+    target = tmp_path / "elsewhere" / "real.db"
+    target.parent.mkdir()
+    link.symlink_to(target)  # dangling: keys add creates the target
+    KeyStore(link, create=True).add()
+    assert target.is_file() and target.stat().st_mode & 0o777 == 0o600
+    target.chmod(0o644)  # made readable by others afterwards: refused, with the fix
+    for opener in (lambda: KeyStore(link), lambda: KeyTable(link)):
+        with pytest.raises(UserError, match=r"other users \(mode 0644\).*chmod 600") as e:
+            opener()
+        assert "\n" not in str(e.value)
+
+
+def test_a_non_string_key_in_the_body_is_a_400_not_a_keyless_request(model_dir, tmp_path):
+    db = tmp_path / "keys.db"
+    key = KeyStore(db, create=True).add()
+
+    async def body(client):
+        url = "/translate?api_key=" + key
+        return [
+            await client.post(url, json={"q": "A dog.", "api_key": value, **GOOD})
+            for value in (123, ["x"], {"k": key}, None)
+        ] + [
+            await client.post("/v1/translate?api_key=" + key, json={"text": "A dog.", "api_key": 1})
+        ]
+
+    *bad, null, native = serve_and(model_dir, body, api_keys=str(db), require_api_key=True)
+    for answer in (*bad, native):
+        assert answer.status_code == 400, answer.text
+        assert answer.json() == {"error": "invalid request: field 'api_key' must be a string"}
+    assert null.status_code == 200  # null is no key: the query string's is used
+
+
+def test_a_broken_key_file_is_a_503_while_keyless_requests_go_on(model_dir, tmp_path):
+    db = tmp_path / "keys.db"
+    key = KeyStore(db, create=True).add()
+    table = KeyTable(db, max_age_s=0)
+    assert table.lookup(key) == (True, None)
+
+    async def breaks(client):
+        first = await libre(client, api_key=key)
+        db.write_bytes(b"not a database" * 200)  # broken in place while the server runs
+        await asyncio.sleep(1.1)  # the server looks at the file again at most once a second
+        return first, await libre(client, api_key=key), await libre(client)
+
+    first, keyed, keyless = serve_and(model_dir, breaks, api_keys=str(db))
+    assert first.status_code == 200 and keyless.status_code == 200
+    assert keyed.status_code == 503 and int(keyed.headers["Retry-After"]) >= 1
+    assert keyed.json() == {"error": "API keys cannot be checked right now; retry later"}
+    with pytest.raises(KeysUnavailable):  # the table itself, as the server's lookup sees it
+        table.lookup(key)
 
 
 def test_keys_are_checked_and_limited_per_key_and_changes_apply_live(model_dir, tmp_path):
@@ -235,6 +289,48 @@ def test_a_full_queue_is_a_503_with_retry_after(model_dir, reference):
     assert queued.json()["translatedText"] == reference.translate(SENTENCES[1:3])
     assert refused.status_code == 503 and "busy" in refused.json()["error"]
     assert int(refused.headers["Retry-After"]) >= 1
+
+
+def test_a_file_is_queued_in_parts_within_the_queue_bound(model_dir, reference):
+    """A file is admitted by the limits of a request: queued a part at a time (at most half of
+    --max-queue), so that another client's request still finds room."""
+    translator = Translator.load(model_dir)
+    gate, entered = threading.Event(), threading.Event()
+    real = translator.translate_nbest
+
+    def held(*args, **kwargs):  # the first batch holds the engine until the test lets it go
+        entered.set()
+        gate.wait(30)
+        return real(*args, **kwargs)
+
+    translator.translate_nbest = held
+    lines = [SENTENCES[k % 3] for k in range(40)]  # 40 sentences, one a line
+    upload = {"file": ("many.txt", "\n".join(lines).encode())}
+    most = 0
+
+    async def body(client):
+        nonlocal most
+        sent = asyncio.create_task(client.post("/translate_file", data=GOOD, files=upload))
+        await asyncio.get_running_loop().run_in_executor(None, entered.wait, 30)
+        for _ in range(20):  # while the engine is held: what the file left queued
+            most = max(most, (await client.get("/health")).json()["queued_sentences"])
+            await asyncio.sleep(0.01)
+        other = asyncio.create_task(libre(client, SENTENCES[0]))
+        for _ in range(20):  # the other request is answered (a 503) or waits for the engine
+            most = max(most, (await client.get("/health")).json()["queued_sentences"])
+            await asyncio.sleep(0.01)
+        gate.set()
+        answer = await sent
+        got = await client.get(answer.json()["translatedFileUrl"]) if answer.is_success else None
+        return answer, got, await other
+
+    answer, got, other = serve_and(
+        model_dir, body, translator=translator, max_queue=8, max_wait_ms=0, max_batch_tokens=24
+    )
+    assert answer.status_code == 200, answer.text
+    assert other.status_code == 200, other.text  # another client is served meanwhile
+    assert most <= 8  # the file never held more than the bound
+    assert got.text == "\n".join(reference.translate(lines))
 
 
 # ---- detection, settings, languages -----------------------------------------------------------

@@ -56,10 +56,10 @@ def reference(model_dir) -> Translator:
 class ServerProcess:
     """``seq2seq serve MODEL_DIR --port 0 ...`` in a subprocess; its log is read as it comes."""
 
-    def __init__(self, model_dir: Path | list[Path], *args: str) -> None:
+    def __init__(self, model_dir: Path | list[Path], *args: str, access_log: bool = False) -> None:
         dirs = [str(d) for d in (model_dir if isinstance(model_dir, list) else [model_dir])]
         cmd = [sys.executable, "-m", "seq2seq.cli", "serve", *dirs, "--port", "0"]
-        cmd += ["--threads", "1", "--no-access-log", *args]
+        cmd += ["--threads", "1", *([] if access_log else ["--no-access-log"]), *args]
         self.proc = subprocess.Popen(
             cmd,
             stdin=subprocess.DEVNULL,

@@ -14,9 +14,9 @@ def add_keys(sub) -> None:
         sub,
         "keys",
         "Manage the API keys of `seq2seq serve --api-keys FILE` or `--redis URL`.\n\n"
-        "Keys live in an SQLite file created with mode 0600 (--db), or in the Redis that\n"
-        "servers share (--redis). A running server sees a key added or removed within a\n"
-        "second, without a restart (every replica, with Redis).",
+        "Keys live in an SQLite file created with mode 0600 (--db; a file others may read is\n"
+        "refused), or in the Redis that servers share (--redis). A running server sees a key\n"
+        "added or removed within a second, without a restart (every replica, with Redis).",
         "seq2seq keys add --db keys.db --req-limit 60\n"
         "seq2seq keys list --db keys.db\n"
         "seq2seq keys remove KEY --db keys.db\n"

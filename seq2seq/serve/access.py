@@ -3,6 +3,9 @@ shapes.
 
 - An unknown (or removed) key is 403 ``{"error": "Invalid API key"}``.
 - Under ``--require-api-key`` a request without a key is 403 with a one-line error.
+- A key file that cannot be read now (:class:`~seq2seq.serve.keys.KeysUnavailable`) is 503
+  ``{"error": "API keys cannot be checked right now; retry later"}`` with ``Retry-After``, for
+  requests with a key only (the cause is in the server's log, never in the answer).
 - A client over its limit is 429 ``{"error": "Slowdown: N per 1 minute"}``, with
   ``Retry-After``: the seconds until its window lets a request through again. The app answers
   it after ``--slowdown-delay`` (seq2seq.serve.app), so that a client retrying at once on its
@@ -122,7 +125,8 @@ class Access:
 
         Raises:
             RequestError: 403 for an unknown key or a missing required one, 429 over the limit,
-                503 when the state backend does not answer.
+                503 when the keys cannot be checked (a key file that cannot be read, Redis
+                not answering).
         """
         key = key or None
         if not self.state.keys_enabled:

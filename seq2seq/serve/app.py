@@ -170,9 +170,10 @@ def create_app(
 
     async def admit(request: Request, fields: dict) -> None:
         """Check the request's key (body field or query string) and count it."""
-        key = fields.get("api_key") or request.query_params.get("api_key")
-        if not isinstance(key, str):
-            key = None
+        key = fields.get("api_key")
+        if key is not None and not isinstance(key, str):  # never read as "no key"
+            raise RequestError(400, "invalid request: field 'api_key' must be a string")
+        key = key or request.query_params.get("api_key")
         address = request.client.host if request.client else "unknown"
         client = await access.admit(key, address)
         if metrics is not None and client.key is not None:
@@ -192,8 +193,8 @@ def create_app(
 
     @app.exception_handler(Exception)
     async def _internal_error(_request, exc: Exception):
-        log.exception("internal error")
-        return error(500, f"internal error: {type(exc).__name__}: {exc}")
+        log.exception("internal error")  # the cause for the operator, not for the client
+        return error(500, "internal error (the server's log has the cause)")
 
     def schema(model) -> dict:
         return {

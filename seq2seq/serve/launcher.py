@@ -22,7 +22,7 @@ from seq2seq.serve.app import create_app
 from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.http_protocol import http_settings
-from seq2seq.serve.logs import log
+from seq2seq.serve.logs import log, redact_logs
 from seq2seq.serve.served_model import choose_engine, load_translator
 from seq2seq.serve.state_redis import check_reachable
 from seq2seq.serve.workers import supervise
@@ -146,6 +146,7 @@ def serve_on(
         timeout_graceful_shutdown=None,
         **http_settings(),  # a bounded request head, whichever parser is installed
     )
+    redact_logs()  # after uvicorn.Config has set its handlers: no key or file token is logged
     server = uvicorn.Server(uv_config)
     directions = ", ".join(f"{s}->{t}" for s, t in info.directions)
     ready(f"serving {info.id} ({directions}, {engine} engine: {info.path})")

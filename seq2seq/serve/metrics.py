@@ -13,16 +13,18 @@ Metrics (all prefixed ``seq2seq_``):
 - ``translated_sentences_total`` and ``translated_characters_total``: source sentences and
   their characters translated;
 - ``key_requests_total{key}``: requests let through per API key, the key as the first 16 hex
-  digits of its sha256 (a scrape never shows a key).
+  digits of its sha256 (:func:`seq2seq.serve.logs.key_label`, as the log shows it: a scrape
+  never shows a key).
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from seq2seq.serve.logs import key_label
 
 __all__ = ["CONTENT_TYPE", "MetricsMiddleware", "ServerMetrics", "key_label"]
 
@@ -31,11 +33,6 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
-
-
-def key_label(key: str) -> str:
-    """What ``key_requests_total`` calls a key: the first 16 hex digits of its sha256."""
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:16]
 
 
 class ServerMetrics:

@@ -9,6 +9,7 @@ batch. (Options an engine cannot honour are found by the engine: a 400 for that 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -286,7 +287,8 @@ class TranslationService:
 
         ``whole``: indices of texts not cut into sentences (constrained texts). ``totals``:
         False skips the per-request limits (characters, sentences) for a file, which has its
-        own size limit; the per-sentence limit still holds."""
+        own size limit and is queued in parts within them (:meth:`file_parts`); the
+        per-sentence limit still holds."""
         cfg = self.config
         total = 0
         for i, text in enumerate(texts):
@@ -333,6 +335,7 @@ class TranslationService:
         *,
         alignments: bool = False,
         direction: tuple[str | None, str | None] = (None, None),
+        parts: bool = False,
     ) -> list[list]:
         """Per sentence of the request, its n-best list of Translations.
 
@@ -340,6 +343,7 @@ class TranslationService:
         ``alignments``: fill each Translation's ``alignment`` (such sentences are batched
         only with others that want alignments). ``direction``: ``(source_lang, target_lang)``
         of the body, checked by the Translator (a 400 names the directions it knows).
+        ``parts``: a file's sentences, queued a part at a time (:meth:`_in_parts`).
         """
         try:
             direction = self.translator.direction(*direction)
@@ -351,10 +355,13 @@ class TranslationService:
                 sentences.extend([constrained[k]] * len(t.segments.sentences))
             else:
                 sentences.extend(t.segments.sentences)
-        self.check_queue(len(sentences))
+        key = _Options(opts, alignments, constrained=bool(constrained), direction=direction)
         try:
-            key = _Options(opts, alignments, constrained=bool(constrained), direction=direction)
-            results = await self.batcher.translate(sentences, key)
+            if parts:
+                results = await self._in_parts(sentences, key)
+            else:
+                self.check_queue(len(sentences))
+                results = await self.batcher.translate(sentences, key)
         except EngineFailure as e:
             if isinstance(e.original, UserError):  # options this engine cannot honour
                 raise RequestError(400, str(e.original)) from None
@@ -364,6 +371,52 @@ class TranslationService:
         if self.metrics is not None:
             self.metrics.translated([_text_of(x) for x in sentences])
         return results
+
+    def file_parts(self, sentences: list[str]) -> list[list[str]]:
+        """``sentences`` cut into the parts a file is queued in: each within a request's
+        limits (``--max-sentences``, ``--max-chars``) and at most half of ``--max-queue``, so
+        that the other half stays open to other clients while a file is translated."""
+        cfg = self.config
+        most = (
+            min(cfg.max_sentences, max(1, cfg.max_queue // 2))
+            if cfg.max_queue
+            else (cfg.max_sentences)
+        )
+        out: list[list[str]] = []
+        part: list[str] = []
+        chars = 0
+        for sentence in sentences:
+            size = len(_text_of(sentence))
+            if part and (len(part) >= most or chars + size > cfg.max_chars):
+                out.append(part)
+                part, chars = [], 0
+            part.append(sentence)
+            chars += size
+        if part:
+            out.append(part)
+        return out
+
+    async def _in_parts(self, sentences: list, key: _Options) -> list:
+        """A file's sentences translated a part at a time (:meth:`file_parts`): the first part
+        is admitted as a request is (503 when the queue is full), each next one once the one
+        before is translated and the queue has room for it."""
+        results: list = []
+        for k, part in enumerate(self.file_parts(sentences)):
+            if k == 0:
+                self.check_queue(len(part))
+            else:
+                await self._room(len(part))
+            results.extend(await self.batcher.translate(part, key))
+        return results
+
+    async def _room(self, n: int) -> None:
+        """Wait until ``n`` more sentences fit under ``--max-queue`` (or the queue is empty)."""
+        bound = self.config.max_queue
+        while bound:
+            queued = self.batcher.stats.queued_sentences
+            if not queued or queued + n <= bound:
+                return
+            await asyncio.sleep(0.02)
 
     @property
     def can_align(self) -> bool:
@@ -426,7 +479,7 @@ class TranslationService:
         align = self.can_align and any(d.needs_alignments for d in docs)
         split = self.split(runs, language=direction[0], split=True, field=field, totals=totals)
         results = await self.translate(
-            split, self.options(nbest=1), alignments=align, direction=direction
+            split, self.options(nbest=1), alignments=align, direction=direction, parts=not totals
         )
         done = []
         for t in split:
@@ -448,7 +501,9 @@ class TranslationService:
     async def translate_file_text(self, text: str, direction: tuple[str, str]) -> str:
         """A text file's translation in ``direction``, its layout kept (lines, indentation)."""
         split = self.split([text], language=direction[0], split=True, field="file", totals=False)
-        results = await self.translate(split, self.options(nbest=1), direction=direction)
+        results = await self.translate(
+            split, self.options(nbest=1), direction=direction, parts=True
+        )
         return self.joined(split[0], results)
 
     async def attention(

@@ -3,11 +3,15 @@ and translated files in this process's memory (:class:`~seq2seq.serve.state.Stat
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
+from starlette.concurrency import run_in_threadpool
+
 from seq2seq.serve.access import MovingWindow
+from seq2seq.serve.bodies import RequestError
 from seq2seq.serve.files import FileStore
-from seq2seq.serve.keys import KeyTable
+from seq2seq.serve.keys import KeysUnavailable, KeyTable
 from seq2seq.serve.state import Admission, who_counts
 
 if TYPE_CHECKING:
@@ -38,12 +42,26 @@ class LocalState:
     async def close(self) -> None:
         pass
 
-    def check(self, key: str | None, address: str, req_limit: int) -> Admission:
-        """:meth:`admit`, called from any thread (the event loop's, in the server)."""
+    def check(
+        self, key: str | None, address: str, req_limit: int, *, refresh: bool = True
+    ) -> Admission:
+        """:meth:`admit` without its wait for the key file (``refresh``: check the file first
+        when due, on this thread).
+
+        Raises:
+            RequestError: 503 while the key file cannot be read (the cause is in the log).
+        """
         limit = req_limit
         if key is not None:
             assert self.keys is not None
-            known, own = self.keys.lookup(key)
+            try:
+                known, own = self.keys.lookup(key, refresh=refresh)
+            except KeysUnavailable:
+                raise RequestError(
+                    503,
+                    "API keys cannot be checked right now; retry later",
+                    retry_after=max(1, math.ceil(self.keys.max_age_s)),
+                ) from None
             if not known:
                 return Admission(known=False)
             if own is not None:
@@ -53,7 +71,11 @@ class LocalState:
         return Admission(True, limit, self.window.hit(who_counts(key, address), limit))
 
     async def admit(self, key: str | None, address: str, req_limit: int) -> Admission:
-        return self.check(key, address, req_limit)
+        # the key file is checked on a worker thread when due (SQLite may wait for a lock:
+        # never on the event loop)
+        if key is not None and self.keys is not None and self.keys.due:
+            await run_in_threadpool(self.keys.refresh)
+        return self.check(key, address, req_limit, refresh=False)
 
     async def put_file(self, name: str, text: str) -> str:
         return self.files.put(name, text)
