@@ -1,5 +1,7 @@
-"""``seq2seq serve``'s start and stop: listen, load the model on the engine thread, run the app
-under uvicorn until SIGTERM or Ctrl-C.
+"""``seq2seq serve``'s start and stop: check every model (folders, engines, directions, the
+routing table) before the port opens, listen, run the app under uvicorn, which loads the models
+on the engine thread while ``/health`` already answers (``/ready`` says when they are in), until
+SIGTERM or Ctrl-C.
 
 A stop stops accepting connections, finishes the requests in flight, then exits (uvicorn's
 graceful shutdown, then :meth:`~seq2seq.serve.batcher.Batcher.close` finishes anything still
@@ -14,6 +16,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seq2seq.core import UserError
@@ -22,17 +25,19 @@ from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.http_protocol import http_settings
 from seq2seq.serve.logs import log
-from seq2seq.serve.served_model import choose_engine, load_translator
+from seq2seq.serve.model_specs import ModelSpec, PlannedModel, distinct_names, plan_model
+from seq2seq.serve.served_model import load_here
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Sequence
 
 __all__ = ["serve"]
 
 
 def serve(
-    model_dir: str | Path | list[str | Path],
+    model_dir: str | Path | list[str | Path] | None = None,
     *,
+    models: Sequence[ModelSpec] = (),
     engine: str | None = None,
     device: str = "cpu",
     host: str = "127.0.0.1",
@@ -42,42 +47,52 @@ def serve(
     log_level: str = "info",
     **search: object,
 ) -> None:
-    """Load ``model_dir`` and serve it until SIGTERM or SIGINT (then finish in-flight work).
+    """Serve ``model_dir`` and ``models`` until SIGTERM or SIGINT (then finish in-flight work).
 
     Args:
         model_dir: a model directory, or an export folder for ``ctranslate2`` / ``onnx``; a
-            list of model directories: an ensemble.
-        engine: the Translator's engine; None: the CTranslate2 export the model directory
+            list of model directories: an ensemble (one model). None: only ``models``.
+        models: more models (``--model``, ``--models``), each routed by its directions.
+        engine: ``model_dir``'s engine; None: the CTranslate2 export the model directory
             holds, if any, else torch (:func:`~seq2seq.serve.served_model.choose_engine`).
         device: torch device (cpu, cuda).
         host: interface to listen on (127.0.0.1: this machine only).
         port: TCP port.
-        config: limits and batching.
+        config: limits, batching, ``max_loaded`` and ``pivot``.
         access_log: log one line per request.
         log_level: uvicorn's log level.
-        **search: search-option defaults (None = the model's config), as ``seq2seq translate``.
+        **search: search-option defaults of every model (None = the model's config), as
+            ``seq2seq translate``.
 
     Raises:
-        UserError: a bad model directory, engine or option; a port that is taken.
+        UserError: a bad model folder, engine, models file entry or option; two models that
+            claim a direction with no rule to choose; a port that is taken (all before the
+            port opens); a model loaded at start that fails to load.
     """
     import uvicorn
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
-    # Listen first: a taken port fails before the model loads, and clients that connect
-    # while it loads wait in the backlog instead of being refused.
-    dirs = list(model_dir) if isinstance(model_dir, (list, tuple)) else [model_dir]
-    engine, dirs = choose_engine(dirs, engine)
-    sock = _listen(host, port)
+    config = config or ServeConfig()
+    specs = list(models)
+    if model_dir is not None:
+        dirs = list(model_dir) if isinstance(model_dir, (list, tuple)) else [model_dir]
+        specs.insert(0, ModelSpec(folders=tuple(Path(d) for d in dirs), engine=engine))
+    if not specs:
+        raise UserError("give a model to serve: MODEL_DIR, --model DIR or --models FILE")
+    planned = distinct_names(specs, [plan_model(spec, search) for spec in specs])
     # Every engine call runs on one thread, loading and warm-up included (engine_thread says
     # why: a model loaded on another thread decodes slower).
     executor = engine_thread()
+
+    def load(model: PlannedModel):
+        return load_here(model.load_target, engine=model.engine, device=device, search=model.search)
+
     try:
-        translator, info = load_translator(
-            dirs, engine=engine, device=device, search=search, executor=executor
-        )
-        app = create_app(translator, info=info, config=config or ServeConfig(), executor=executor)
+        app = create_app(config=config, executor=executor, models=planned, load=load)
+        # Listen before the models load: clients that connect meanwhile get /health and a
+        # 503 from /ready, and translation requests wait for their model.
+        sock = _listen(host, port)
     except BaseException:
-        sock.close()
         executor.shutdown(wait=False, cancel_futures=True)
         raise
     uv_config = uvicorn.Config(
@@ -89,12 +104,25 @@ def serve(
         **http_settings(),  # a bounded request head, whichever parser is installed
     )
     server = uvicorn.Server(uv_config)
+    fatal: list[str] = []
+
+    def stop_on(message: str) -> None:
+        fatal.append(message)
+        server.should_exit = True
+
+    app.state.pool.on_fatal = stop_on
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    for m in planned:
+        log.info(
+            "model %s (%s, %s engine: %s)",
+            m.name, ", ".join(f"{s}->{t}" for s, t in m.directions), m.engine,
+            ", ".join(str(f.resolve()) for f in m.folders),
+        )  # fmt: skip
+    budget = f", at most {config.max_loaded} loaded" if config.max_loaded else ""
     log.info(
-        "serving %s (%s, %s engine: %s) on http://%s:%d (API docs: /docs)",
-        info.id, ", ".join(f"{s}->{t}" for s, t in info.directions), engine, info.path,
-        shown, bound_port,
+        "serving %s%s on http://%s:%d (API docs: /docs)",
+        ", ".join(m.name for m in planned), budget, shown, bound_port,
     )  # fmt: skip
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; a no-op
     # handler lets the process then exit 0 (stopped cleanly) instead of dying by the signal.
@@ -105,6 +133,8 @@ def serve(
         signal.signal(signal.SIGTERM, previous)
         sock.close()
         executor.shutdown()
+    if fatal:
+        raise UserError(fatal[0])
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -29,7 +29,14 @@ from typing import Any
 
 from seq2seq.core import UserError
 
-__all__ = ["ModelSpec", "PlannedModel", "check_names", "plan_model", "read_models_file"]
+__all__ = [
+    "ModelSpec",
+    "PlannedModel",
+    "check_names",
+    "distinct_names",
+    "plan_model",
+    "read_models_file",
+]
 
 _FILE_KEYS = ("path", "name", "engine", "directions", "decoding", "preload")
 _ENGINES = ("torch", "torch-nocache", "torch-bf16", "torch-int8", "ctranslate2", "onnx")
@@ -218,6 +225,27 @@ def _spec_of(entry: dict, base: Path, where: str) -> ModelSpec:
         preload=preload,
         where=where,
     )
+
+
+def distinct_names(
+    specs: Sequence[ModelSpec], models: Sequence[PlannedModel]
+) -> list[PlannedModel]:
+    """``models`` with the default names that collide (two ``.../averaged`` folders) made
+    ``parent-folder``; a name given in a models file stays."""
+    counts: dict[str, int] = {}
+    for m in models:
+        counts[m.name] = counts.get(m.name, 0) + 1
+    out = []
+    for spec, m in zip(specs, models):
+        if spec.name is None and counts[m.name] > 1:
+            m = dataclasses.replace(
+                m,
+                name="+".join(
+                    f"{f.resolve().parent.name}-{f.resolve().name}" for f in spec.folders
+                ),
+            )
+        out.append(m)
+    return out
 
 
 def check_names(models: Sequence[PlannedModel]) -> None:

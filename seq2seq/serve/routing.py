@@ -118,8 +118,8 @@ class Router:
 
     def route(self, source: str | None, target: str | None) -> Route:
         """The route of ``source -> target``. A missing target is the default pair's; a
-        missing source is the default pair's when it reaches the target, else the first
-        language that does.
+        missing source is the default pair's when a model translates it into the target,
+        else the first language a model translates into it (else the same through the pivot).
 
         Raises:
             RequestError: 400 naming the languages served, for a pair that has no route.
@@ -128,7 +128,8 @@ class Router:
         if source:
             s = source.strip().lower()
         else:
-            reach = self.sources(t)
+            direct = [a for a, b in self._direct if b == t]
+            reach = direct or self.sources(t)
             s = self.default[0] if self.default[0] in reach or not reach else reach[0]
         found = self._routes.get((s, t))
         if found is None:
