@@ -163,14 +163,12 @@ def add_serve(sub) -> None:
 
 def _run_serve(args) -> int:
     try:
-        from seq2seq.serve import ServeConfig, serve
+        from seq2seq.serve import ModelSpec, ServeConfig, read_models_file, serve
     except ImportError as e:
         raise UserError(
             f"seq2seq serve needs the serve extra ({e.name} is missing): "
             "pip install 'seq2seq[serve]'"
         ) from None
-
-    from seq2seq.serve.model_specs import ModelSpec, read_models_file
 
     set_threads(args.threads)
     check_device(args.device)

@@ -1,5 +1,5 @@
 """Serving: the HTTP server (native and LibreTranslate APIs): its app, request schemas and
-bodies, translation service, dynamic batching, paragraphs, API keys and rate limits, language
+bodies, translation service, dynamic batching, several models (routing, pivoting, a memory budget), paragraphs, API keys and rate limits, language
 detection, HTML and file translation, metrics, the web page and the launcher.
 
 The public names below are imported on first use (docs/design.md, "Layers").
@@ -11,7 +11,9 @@ from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
     "KeyStore": "keys",
+    "ModelSpec": "model_specs",
     "ServeConfig": "config",
+    "read_models_file": "model_specs",
     "serve": "launcher",
 }
 __all__ = sorted(_HOMES)

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from seq2seq.serve import pivot
 from seq2seq.serve.bodies import RequestError, check_size, read_libre_fields, validate
 from seq2seq.serve.files import FILE_FORMATS, FileStore, read_upload
+from seq2seq.serve.pivot import translate_file_text, translate_html, translate_libre
 from seq2seq.serve.schemas import LibreTranslateRequest
 
 if TYPE_CHECKING:
@@ -116,9 +116,9 @@ def libre_routes(
         route = router.route(source, req.target)
         body: dict[str, Any] = {}
         if html:
-            out = await pivot.translate_html(pool, route, texts, field="q")
+            out = await translate_html(pool, route, texts, field="q")
         else:
-            out, alts = await pivot.translate_libre(pool, route, texts, req.alternatives)
+            out, alts = await translate_libre(pool, route, texts, req.alternatives)
             if req.alternatives:
                 body["alternatives"] = alts if batch else alts[0]
         body = {"translatedText": out if batch else out[0], **body}
@@ -176,11 +176,9 @@ def libre_routes(
             source, _ = auto_source([upload.text[:2000]], target)
         route = router.route(source, target)
         if upload.name.lower().endswith((".html", ".htm")):
-            (out,) = await pivot.translate_html(
-                pool, route, [upload.text], field="file", totals=False
-            )
+            (out,) = await translate_html(pool, route, [upload.text], field="file", totals=False)
         else:
-            out = await pivot.translate_file_text(pool, route, upload.text)
+            out = await translate_file_text(pool, route, upload.text)
         stem, _, suffix = upload.name.rpartition(".")
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "file"
         name = f"{safe}.{re.sub(r'[^a-z0-9-]', '_', target.strip().lower())}.{suffix.lower()}"

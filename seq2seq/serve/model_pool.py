@@ -135,6 +135,8 @@ class ModelPool:
                 async with self.use(name):
                     pass
             except RequestError as e:
+                if self._closing:  # stopped while loading: not a failure
+                    return
                 self.startup_error = e.message
                 log.error("%s", e.message)
                 if self.on_fatal is not None:

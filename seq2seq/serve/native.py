@@ -69,7 +69,8 @@ def native_routes(
         for name in pool.names():
             planned = pool.model(name)
             service = loaded.get(name)
-            if service is None:
+            if service is None:  # what is known before it loads
+                members = planned.folders if len(planned.folders) > 1 else ()
                 entry: dict[str, Any] = {
                     "id": name,
                     "path": str(planned.folders[0].resolve()),
@@ -77,6 +78,8 @@ def native_routes(
                     "source": planned.directions[0][0],
                     "target": planned.directions[0][1],
                     "directions": [list(d) for d in planned.directions],
+                    "members": [str(f.resolve()) for f in members],
+                    **_server_entry(config, keys_on),
                 }
             else:
                 entry = _loaded_entry(service, config, keys_on)
@@ -224,6 +227,12 @@ def _loaded_entry(service: TranslationService, config: ServeConfig, keys_on: boo
         "prefix_and_avoid": True,
         "positive_constraints": info.engine != "ctranslate2",
     }
+    return {**entry, **_server_entry(config, keys_on)}
+
+
+def _server_entry(config: ServeConfig, keys_on: bool) -> dict:
+    """What ``/v1/models`` says of every model: the server's limits and keys."""
+    entry: dict[str, Any] = {}
     entry["limits"] = {
         "max_chars": config.max_chars,
         "max_sentence_chars": config.max_sentence_chars,
