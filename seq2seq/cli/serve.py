@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from pathlib import Path
 
 from seq2seq.cli.arguments import add_command, add_search_args, search_overrides, set_threads
 from seq2seq.core import UserError, check_device, check_paths
@@ -23,7 +25,9 @@ def add_serve(sub) -> None:
         "takes the search options below per request; GET /health, GET /v1/models, GET /metrics\n"
         "(Prometheus); a web page at / and the API docs at /docs. A model directory that holds\n"
         "a CTranslate2 export (MODEL_DIR/export/NAME, int8 preferred) is served with it unless\n"
-        "--engine says otherwise; several model directories are an ensemble (torch). Sentences\n"
+        "--engine says otherwise; several model directories are an ensemble (torch); --model DIR\n"
+        "(repeated) or --models FILE serves several models, each request routed by its pair\n"
+        "(through --pivot when no model has it; --max-loaded bounds the models in memory). Sentences\n"
         "of concurrent requests are translated together (--max-wait-ms, --max-tokens). SIGTERM\n"
         "finishes the requests in flight, then exits. Needs the serve extra.",
         "seq2seq serve runs/demo/averaged --port 8080\n"
@@ -32,15 +36,49 @@ def add_serve(sub) -> None:
         "seq2seq serve runs/demo/averaged --api-keys keys.db --require-api-key --req-limit 30\n"
         "seq2seq keys add --redis redis://127.0.0.1:6379/0 --req-limit 60\n"
         "seq2seq serve runs/demo/averaged --redis redis://127.0.0.1:6379/0 --workers 2\n"
+        "seq2seq serve --model runs/en-de --model runs/de-fr --max-loaded 1\n"
         "curl -s localhost:8080/translate -H 'Content-Type: application/json' "
         '-d \'{"q": "Two dogs play.", "source": "en", "target": "de"}\'',
     )
     p.add_argument(
         "model_dir",
         metavar="MODEL_DIR",
-        nargs="+",
+        nargs="*",
         help="model directory, or export folder; several model directories: an ensemble",
     )
+    m = p.add_argument_group("several models (docs/serving.md, Several models)")
+    m.add_argument(
+        "--model",
+        dest="models",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="one more model (a model directory or an export folder, its engine chosen as for "
+        "MODEL_DIR), routed by its language directions; repeat for each model",
+    )
+    m.add_argument(
+        "--models",
+        dest="models_file",
+        metavar="FILE",
+        help="a YAML file listing models with per-model options (path, name, engine, "
+        "directions, decoding, preload)",
+    )
+    m.add_argument(
+        "--max-loaded",
+        type=int,
+        metavar="N",
+        help="at most N models in memory: the others load on their first request, the least "
+        "recently used is unloaded (default 0: all loaded at start)",
+    )
+    pv = m.add_mutually_exclusive_group()
+    pv.add_argument(
+        "--pivot",
+        metavar="LANG",
+        default="en",
+        help="a pair no model serves is translated through LANG when both legs are served "
+        "(default: en)",
+    )
+    pv.add_argument("--no-pivot", action="store_true", help="never translate through a pivot")
     p.add_argument("--host", default="127.0.0.1", help="interface (default: 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="TCP port, 0 = any free (default 8080)")
     # Unset limits keep seq2seq.serve.ServeConfig's defaults (GET /v1/models shows those in
@@ -143,7 +181,7 @@ def add_serve(sub) -> None:
 
 def _run_serve(args) -> int:
     try:
-        from seq2seq.serve import ServeConfig, serve
+        from seq2seq.serve import ModelSpec, ServeConfig, read_models_file, serve
     except ImportError as e:
         raise UserError(
             f"seq2seq serve needs the serve extra ({e.name} is missing): "
@@ -153,6 +191,16 @@ def _run_serve(args) -> int:
     set_threads(args.threads)
     check_device(args.device)
     check_paths(input_dirs=[("model directory", d) for d in args.model_dir])
+    models = [
+        ModelSpec(folders=(Path(d),), engine=args.engine, where="--model") for d in args.models
+    ]
+    if args.models_file:
+        models += [
+            spec if spec.engine else dataclasses.replace(spec, engine=args.engine)
+            for spec in read_models_file(args.models_file)
+        ]
+    if not args.model_dir and not models:
+        raise UserError("give a model to serve: MODEL_DIR, --model DIR or --models FILE")
     given = dict(
         max_queue=args.max_queue,
         req_limit=args.req_limit,
@@ -167,6 +215,7 @@ def _run_serve(args) -> int:
         max_wait_ms=args.max_wait_ms,
         max_batch_tokens=args.max_batch_tokens,
         lanes=args.lanes,
+        max_loaded=args.max_loaded,
     )
     config = ServeConfig(
         **{k: v for k, v in given.items() if v is not None},
@@ -176,11 +225,13 @@ def _run_serve(args) -> int:
         redis=args.redis,
         require_api_key=args.require_api_key,
         metrics=not args.no_metrics,
+        pivot=None if args.no_pivot else args.pivot,
     )
     if args.api_keys:
         check_paths(input_files=[("--api-keys", args.api_keys)])
     serve(
-        args.model_dir,
+        args.model_dir or None,
+        models=models,
         engine=args.engine,
         device=args.device,
         host=args.host,

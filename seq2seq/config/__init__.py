@@ -21,6 +21,7 @@ _HOMES = {
     "dump_config": "loading",
     "load_config": "loading",
     "model_data_changes": "loading",
+    "read_yaml": "loading",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

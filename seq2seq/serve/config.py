@@ -48,6 +48,10 @@ class ServeConfig:
         max_file_bytes: the largest file ``POST /translate_file`` takes.
         file_expiry_s: seconds a translated file stays downloadable.
         metrics: count requests, latencies, batches and translated text for ``GET /metrics``.
+        max_loaded: at most this many models in memory, the least recently used unloaded
+            (:mod:`seq2seq.serve.model_pool`); 0: every model loads at start and stays.
+        pivot: the language a pair no model serves is translated through (two legs,
+            :mod:`seq2seq.serve.routing`); None: no pivoting.
 
     Raises:
         UserError: a limit out of its range (named as the CLI option that sets it).
@@ -72,6 +76,8 @@ class ServeConfig:
     max_file_bytes: int = 1_000_000
     file_expiry_s: float = 1800.0
     metrics: bool = True
+    max_loaded: int = 0
+    pivot: str | None = "en"
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):
@@ -79,7 +85,7 @@ class ServeConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
         if self.max_alternatives < 0 or self.max_batch_tokens < 0:
             raise UserError("--max-alternatives and --max-batch-tokens must be >= 0")
-        for name in ("req_limit", "max_queue", "lanes"):
+        for name in ("req_limit", "max_queue", "lanes", "max_loaded"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 0")
         if self.max_file_bytes < 1 or self.file_expiry_s <= 0:

@@ -1,6 +1,8 @@
-"""``seq2seq serve``'s start and stop: check Redis (``--redis``), listen, load the model on the
-engine thread, run the app under uvicorn until SIGTERM or Ctrl-C; with ``--workers N``, N such
-processes on the one socket (:mod:`seq2seq.serve.workers`).
+"""``seq2seq serve``'s start and stop: check every model (folders, engines, directions, the
+routing table) and the state backend (the key file, or Redis: ``--redis``) before the port
+opens, listen, run the app under uvicorn, which loads the models on the engine thread while
+``/health`` already answers (``/ready`` says when they are in), until SIGTERM or Ctrl-C; with
+``--workers N``, N such processes on the one socket (:mod:`seq2seq.serve.workers`).
 
 A stop stops accepting connections, finishes the requests in flight, then exits (uvicorn's
 graceful shutdown, then :meth:`~seq2seq.serve.batcher.Batcher.close` finishes anything still
@@ -15,6 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from seq2seq.core import UserError
@@ -23,19 +26,21 @@ from seq2seq.serve.batcher import engine_thread
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.http_protocol import http_settings
 from seq2seq.serve.logs import log, redact_logs
-from seq2seq.serve.served_model import choose_engine, load_translator
+from seq2seq.serve.model_specs import ModelSpec, PlannedModel, distinct_names, plan_model
+from seq2seq.serve.served_model import load_here
 from seq2seq.serve.state_redis import check_reachable
 from seq2seq.serve.workers import supervise
 
 if TYPE_CHECKING:
-    from pathlib import Path
+    from collections.abc import Callable, Sequence
 
-__all__ = ["serve"]
+__all__ = ["serve", "serve_on"]
 
 
 def serve(
-    model_dir: str | Path | list[str | Path],
+    model_dir: str | Path | list[str | Path] | None = None,
     *,
+    models: Sequence[ModelSpec] = (),
     engine: str | None = None,
     device: str = "cpu",
     host: str = "127.0.0.1",
@@ -47,27 +52,31 @@ def serve(
     threads: int | None = None,
     **search: object,
 ) -> None:
-    """Load ``model_dir`` and serve it until SIGTERM or SIGINT (then finish in-flight work).
+    """Serve ``model_dir`` and ``models`` until SIGTERM or SIGINT (then finish in-flight work).
 
     Args:
         model_dir: a model directory, or an export folder for ``ctranslate2`` / ``onnx``; a
-            list of model directories: an ensemble.
-        engine: the Translator's engine; None: the CTranslate2 export the model directory
+            list of model directories: an ensemble (one model). None: only ``models``.
+        models: more models (``--model``, ``--models``), each routed by its directions.
+        engine: ``model_dir``'s engine; None: the CTranslate2 export the model directory
             holds, if any, else torch (:func:`~seq2seq.serve.served_model.choose_engine`).
         device: torch device (cpu, cuda).
         host: interface to listen on (127.0.0.1: this machine only).
         port: TCP port.
-        config: limits and batching.
+        config: limits, batching, ``max_loaded``, ``pivot`` and ``redis``.
         access_log: log one line per request.
         log_level: uvicorn's log level.
-        workers: server processes on the port, each with its own engine
+        workers: server processes on the port, each with its own engines
             (:mod:`seq2seq.serve.workers`); more than one needs ``config.redis``.
         threads: torch's threads in each worker process (None: torch's default).
-        **search: search-option defaults (None = the model's config), as ``seq2seq translate``.
+        **search: search-option defaults of every model (None = the model's config), as
+            ``seq2seq translate``.
 
     Raises:
-        UserError: a bad model directory, engine or option; a port that is taken; a Redis URL
-            that does not answer (before the port opens).
+        UserError: a bad model folder, engine, models file entry or option; two models that
+            claim a direction with no rule to choose; a key file that cannot be used; a Redis
+            URL that does not answer; a port that is taken (all before the port opens); a
+            model loaded at start that fails to load.
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     config = config or ServeConfig()
@@ -78,18 +87,39 @@ def serve(
             "--workers above 1 needs --redis URL: the workers share API keys, rate limits and "
             "translated files through it (a local redis-server will do)"
         )
-    # Listen first: a taken port fails before the model loads, and clients that connect
-    # while it loads wait in the backlog instead of being refused.
-    dirs = list(model_dir) if isinstance(model_dir, (list, tuple)) else [model_dir]
-    engine, dirs = choose_engine(dirs, engine)
+    specs = list(models)
+    if model_dir is not None:
+        dirs = list(model_dir) if isinstance(model_dir, (list, tuple)) else [model_dir]
+        specs.insert(0, ModelSpec(folders=tuple(Path(d) for d in dirs), engine=engine))
+    if not specs:
+        raise UserError("give a model to serve: MODEL_DIR, --model DIR or --models FILE")
+    planned = distinct_names(specs, [plan_model(spec, search) for spec in specs])
+    # The app checks the routing table, the budget and the key file (it loads nothing yet):
+    # built here, before the port opens; with workers, each builds its own again.
+    app, executor = _build(planned, device, config)
+    if workers > 1:
+        executor.shutdown()
     if config.redis:
         check_reachable(config.redis)  # one line and exit 2, before the port opens
-    sock = _listen(host, port)
-    job = (dirs, engine, device, config, access_log, log_level, search, threads)
+    for m in planned:
+        log.info(
+            "model %s (%s, %s engine: %s)",
+            m.name, ", ".join(f"{s}->{t}" for s, t in m.directions), m.engine,
+            ", ".join(str(f.resolve()) for f in m.folders),
+        )  # fmt: skip
+    # Listen before the models load: clients that connect meanwhile get /health and a 503 from
+    # /ready, and translation requests wait for their model.
+    try:
+        sock = _listen(host, port)
+    except BaseException:
+        executor.shutdown(wait=False, cancel_futures=True)
+        raise
     try:
         if workers == 1:
-            serve_on(*job, sock=sock, ready=lambda line: _announce(line, sock))
+            _run(app, executor, planned, config, access_log, log_level, sock=sock,
+                 ready=lambda line: _announce(line, sock))  # fmt: skip
         else:
+            job = (planned, device, config, access_log, log_level, threads)
             supervise(serve_on, job, sock, workers)
     finally:
         sock.close()
@@ -102,42 +132,69 @@ def _announce(line: str, sock: socket.socket) -> None:
 
 
 def serve_on(
-    dirs: list,
-    engine: str,
+    planned: list[PlannedModel],
     device: str,
     config: ServeConfig,
     access_log: bool,
     log_level: str,
-    search: dict,
     threads: int | None,
     *,
     sock: socket.socket,
-    ready,
+    ready: Callable[[str], None],
 ) -> None:
-    """One server process on the listening ``sock``: load the model, call ``ready(line)``
-    (``line``: what it serves), run uvicorn until SIGTERM or SIGINT, finish in-flight work.
+    """A worker process of ``--workers`` on the listening ``sock``: build the app, call
+    ``ready(line)`` (``line``: what it serves), run uvicorn (the models load at its startup)
+    until SIGTERM or SIGINT, finish in-flight work.
 
     Raises:
-        UserError: a bad model directory, engine or option.
+        UserError: a bad option; a model loaded at start that fails to load.
     """
-    import uvicorn
-
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
-    # Every engine call runs on one thread, loading and warm-up included (engine_thread says
-    # why: a model loaded on another thread decodes slower).
+    app, executor = _build(planned, device, config)
+    _run(app, executor, planned, config, access_log, log_level, sock=sock, ready=ready)
+
+
+def _build(planned: list[PlannedModel], device: str, config: ServeConfig):
+    """The app and the engine thread it runs every engine call on (loading and warm-up
+    included: engine_thread says why: a model loaded on another thread decodes slower).
+
+    Raises:
+        UserError: the routing table, the budget or the key file.
+    """
     executor = engine_thread()
+
+    def load(model: PlannedModel):
+        return load_here(model.load_target, engine=model.engine, device=device, search=model.search)
+
     try:
-        translator, info = load_translator(
-            dirs, engine=engine, device=device, search=search, executor=executor
-        )
-        app = create_app(translator, info=info, config=config, executor=executor)
+        return create_app(config=config, executor=executor, models=planned, load=load), executor
     except BaseException:
         executor.shutdown(wait=False, cancel_futures=True)
         raise
+
+
+def _run(
+    app,
+    executor,
+    planned: list[PlannedModel],
+    config: ServeConfig,
+    access_log: bool,
+    log_level: str,
+    *,
+    sock: socket.socket,
+    ready: Callable[[str], None],
+) -> None:
+    """Serve ``app`` on ``sock`` under uvicorn until SIGTERM or SIGINT (``ready(line)`` first).
+
+    Raises:
+        UserError: a model loaded at start that fails to load.
+    """
+    import uvicorn
+
     uv_config = uvicorn.Config(
         app,
         access_log=access_log,
@@ -148,8 +205,15 @@ def serve_on(
     )
     redact_logs()  # after uvicorn.Config has set its handlers: no key or file token is logged
     server = uvicorn.Server(uv_config)
-    directions = ", ".join(f"{s}->{t}" for s, t in info.directions)
-    ready(f"serving {info.id} ({directions}, {engine} engine: {info.path})")
+    fatal: list[str] = []
+
+    def stop_on(message: str) -> None:
+        fatal.append(message)
+        server.should_exit = True
+
+    app.state.pool.on_fatal = stop_on
+    budget = f", at most {config.max_loaded} loaded" if config.max_loaded else ""
+    ready(f"serving {', '.join(m.name for m in planned)}{budget}")
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; a no-op
     # handler lets the process then exit 0 (stopped cleanly) instead of dying by the signal.
     previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: None)
@@ -158,6 +222,8 @@ def serve_on(
     finally:
         signal.signal(signal.SIGTERM, previous)
         executor.shutdown()
+    if fatal:
+        raise UserError(fatal[0])
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -9,10 +9,12 @@ worker accepts it first. Nothing is shared between workers but the socket: keys,
 and translated files are shared through Redis (``--redis``; the CLI requires it with more than
 one worker).
 
-The supervisor announces the server once every worker has loaded its model. SIGTERM (or
-Ctrl-C) reaches every worker as SIGTERM, each finishes the requests it holds (uvicorn's
-graceful shutdown, then its batcher's queue), and the supervisor exits once all have. A worker
-that fails while loading stops the server; one that dies later is replaced. A worker dies with
+The supervisor announces the server once every worker has built its app and is about to
+accept (the models then load in each worker, as in one process: ``/ready`` says when). SIGTERM
+(or Ctrl-C) reaches every worker as SIGTERM, each finishes the requests it holds (uvicorn's
+graceful shutdown, then its batchers' queues), and the supervisor exits once all have. A
+worker that fails while starting, or exits with a one-line error (a model that cannot load),
+stops the server; one that dies otherwise is replaced. A worker dies with
 its supervisor (``PR_SET_PDEATHSIG``), so a killed supervisor leaves no worker behind.
 """
 
@@ -150,9 +152,9 @@ def supervise(target: Callable[..., None], args: tuple, sock: socket.socket, n: 
                     continue
                 code = w.proc.wait()
                 w.close()
-                if w.ready is None:  # failed while loading: the server cannot start
-                    if w.error is not None:
-                        raise UserError(w.error)
+                if w.error is not None:  # a one-line error (a model that cannot load): fatal
+                    raise UserError(w.error)
+                if w.ready is None:  # failed while starting: the server cannot start
                     raise SystemExit(
                         f"seq2seq serve: a worker exited with {code} while loading the model"
                     )
