@@ -224,7 +224,9 @@ def test_an_app_answers_503_while_redis_is_down_and_recovers(flushed, model_dir)
         key = store.add(100)
         store.close()
         ok = await client.post("/translate", json={"q": SENTENCES[0], "api_key": key, **GOOD})
+        ready = await client.get("/ready")
         flushed.stop()
+        not_ready = await client.get("/ready")
         down = await client.post("/translate", json={"q": SENTENCES[0], "api_key": key, **GOOD})
         download = await client.get("/download_file/" + "A" * 43 + "/x.de.txt")
         keyless = await client.post("/translate", json={"q": SENTENCES[0], **GOOD})  # no state
@@ -234,11 +236,17 @@ def test_an_app_answers_503_while_redis_is_down_and_recovers(flushed, model_dir)
         key = store.add(100)  # nothing was saved: the key is added again
         store.close()
         back = await client.post("/translate", json={"q": SENTENCES[0], "api_key": key, **GOOD})
-        return ok, down, download, keyless, languages, back
+        ready_again = await client.get("/ready")
+        return ok, down, download, keyless, languages, back, (ready, not_ready, ready_again)
 
-    ok, down, download, keyless, languages, back = run_app(
+    ok, down, download, keyless, languages, back, probes = run_app(
         create_app(translator, info=info, config=config), body
     )
+    assert [p.status_code for p in probes] == [200, 503, 200]
+    assert probes[1].json() == {
+        "ready": False,
+        "waiting_for": [f"Redis at {flushed.url} does not answer"],
+    }
     assert ok.status_code == 200 and back.status_code == 200
     assert back.json() == ok.json()
     for r in (down, download):
