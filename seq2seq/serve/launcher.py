@@ -101,12 +101,6 @@ def serve(
         executor.shutdown()
     if config.redis:
         check_reachable(config.redis)  # one line and exit 2, before the port opens
-    for m in planned:
-        log.info(
-            "model %s (%s, %s engine: %s)",
-            m.name, ", ".join(f"{s}->{t}" for s, t in m.directions), m.engine,
-            ", ".join(str(f.resolve()) for f in m.folders),
-        )  # fmt: skip
     # Listen before the models load: clients that connect meanwhile get /health and a 503 from
     # /ready, and translation requests wait for their model.
     try:
@@ -114,6 +108,12 @@ def serve(
     except BaseException:
         executor.shutdown(wait=False, cancel_futures=True)
         raise
+    for m in planned:
+        log.info(
+            "model %s (%s, %s engine: %s)",
+            m.name, ", ".join(f"{s}->{t}" for s, t in m.directions), m.engine,
+            ", ".join(str(f.resolve()) for f in m.folders),
+        )  # fmt: skip
     try:
         if workers == 1:
             _run(app, executor, planned, config, access_log, log_level, sock=sock,
