@@ -13,7 +13,7 @@ import pytest
 from factories import make_model_dir
 from test_serve_process import ServerProcess
 
-from seq2seq.serve.logs import key_label
+from seq2seq.serve.logs import key_label, redact
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +84,20 @@ def test_keys_and_download_tokens_never_reach_the_log(served):
     assert f"api_key=<sha256:{key_label(key)}>" in log
     assert f"/download_file/<sha256:{key_label(token)}>/a.de.txt" in log
     assert "&x=1" in log  # the rest of the query string stays
+
+
+def test_redact_finds_keys_however_the_query_spells_them():
+    key = "Ab-c_d.e~f"
+    shown = f"<sha256:{key_label(key)}>"
+    assert redact(f'"GET /x?api_key={key}&q=1 HTTP/1.1" 200') == (
+        f'"GET /x?api_key={shown}&q=1 HTTP/1.1" 200'
+    )
+    assert redact(f"/x?q=1&API%5Fkey={key}") == f"/x?q=1&API%5Fkey={shown}"
+    assert redact("/x?api_key=Ab%2Dc_d.e~f") == f"/x?api_key={shown}"  # decoded, as served
+    assert redact("/download_file/TOKEN/a.de.txt") == (
+        f"/download_file/<sha256:{key_label('TOKEN')}>/a.de.txt"
+    )
+    assert redact("nothing secret here") == "nothing secret here"
 
 
 def test_a_broken_key_file_is_a_503_for_keyed_requests_only_and_logged_once(served):

@@ -173,6 +173,13 @@ def add_serve(sub) -> None:
         help="server processes on the one port, each with its own engine (default 1; more than "
         "one needs --redis, where they share keys, limits and files)",
     )
+    p.add_argument(
+        "--read-timeout",
+        type=float,
+        metavar="S",
+        help="seconds a request's head and body may take to arrive; a slower client gets 408 "
+        "or a closed connection (default 30)",
+    )
     p.add_argument("--no-access-log", action="store_true", help="no log line per request")
     add_search_args(p)
     # serve chooses its engine (the model directory's CTranslate2 export, else torch)
@@ -216,6 +223,7 @@ def _run_serve(args) -> int:
         max_batch_tokens=args.max_batch_tokens,
         lanes=args.lanes,
         max_loaded=args.max_loaded,
+        read_timeout_s=args.read_timeout,
     )
     config = ServeConfig(
         **{k: v for k, v in given.items() if v is not None},

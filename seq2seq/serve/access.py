@@ -116,6 +116,21 @@ class Access:
         self.require_key = require_key
         self.req_limit = req_limit
 
+    async def check_request(self, request, fields: dict) -> Client:
+        """:meth:`admit` of a request: its key is ``api_key`` in the body's ``fields`` or else
+        in the query string.
+
+        Raises:
+            RequestError: as :meth:`admit`, and 400 for an ``api_key`` field that is not a
+                string (never read as "no key").
+        """
+        key = fields.get("api_key")
+        if key is not None and not isinstance(key, str):
+            raise RequestError(400, "invalid request: field 'api_key' must be a string")
+        key = key or request.query_params.get("api_key")
+        address = request.client.host if request.client else "unknown"
+        return await self.admit(key, address)
+
     async def admit(self, key: str | None, address: str) -> Client:
         """The client a request is, once its key is known and its limit not reached.
 

@@ -219,12 +219,7 @@ def create_app(
 
     async def admit(request: Request, fields: dict) -> None:
         """Check the request's key (body field or query string) and count it."""
-        key = fields.get("api_key")
-        if key is not None and not isinstance(key, str):  # never read as "no key"
-            raise RequestError(400, "invalid request: field 'api_key' must be a string")
-        key = key or request.query_params.get("api_key")
-        address = request.client.host if request.client else "unknown"
-        client = await access.admit(key, address)
+        client = await access.check_request(request, fields)
         if metrics is not None and client.key is not None:
             metrics.key_request(client.key)
 

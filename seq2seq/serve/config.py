@@ -52,6 +52,9 @@ class ServeConfig:
             (:mod:`seq2seq.serve.model_pool`); 0: every model loads at start and stays.
         pivot: the language a pair no model serves is translated through (two legs,
             :mod:`seq2seq.serve.routing`); None: no pivoting.
+        read_timeout_s: seconds a request's head and body may take to arrive (from the
+            connection or the request's first byte); a slower one is answered 408 or closed
+            (:mod:`seq2seq.serve.http_protocol`).
 
     Raises:
         UserError: a limit out of its range (named as the CLI option that sets it).
@@ -78,6 +81,7 @@ class ServeConfig:
     metrics: bool = True
     max_loaded: int = 0
     pivot: str | None = "en"
+    read_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         for name in ("max_chars", "max_sentence_chars", "max_sentences", "max_beam"):
@@ -100,6 +104,10 @@ class ServeConfig:
         if not 0 <= self.slowdown_delay_s <= 60:
             raise UserError(
                 f"--slowdown-delay must be between 0 and 60 seconds, got {self.slowdown_delay_s}"
+            )
+        if not 0 < self.read_timeout_s <= 3600:
+            raise UserError(
+                f"--read-timeout must be between 0 and 3600 seconds, got {self.read_timeout_s}"
             )
         if not 0 <= self.max_wait_ms <= 10_000:
             raise UserError(f"--max-wait-ms must be between 0 and 10000, got {self.max_wait_ms}")

@@ -19,6 +19,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
+from starlette.concurrency import run_in_threadpool
+
 from seq2seq.serve.bodies import RequestError, _read_body
 
 __all__ = ["FILE_FORMATS", "FileStore", "StoredFile", "Upload", "read_upload"]
@@ -63,6 +65,12 @@ async def read_upload(request, limit: int) -> Upload:
     if content_type.split(";")[0].strip().lower() != "multipart/form-data":
         raise RequestError(400, "send the file as multipart/form-data with a 'file' part")
     body = await _read_body(request, limit + 65_536)  # the fields and part headers on top
+    # parsing a body of up to a megabyte or more: on a worker thread, not the event loop
+    return await run_in_threadpool(_parse_upload, body, content_type, limit)
+
+
+def _parse_upload(body: bytes, content_type: str, limit: int) -> Upload:
+    """The :class:`Upload` in a multipart ``body`` (see :func:`read_upload`)."""
     head = f"Content-Type: {content_type}\r\nMIME-Version: 1.0\r\n\r\n".encode("latin-1")
     message = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(head + body)
     if not message.is_multipart():

@@ -35,13 +35,14 @@ its own, as LibreTranslate does, so inline markup splits sentences.
 
 from __future__ import annotations
 
+import bisect
 import html as _html
 import re
 from dataclasses import dataclass, field
 
 import lxml.html
 
-__all__ = ["HtmlDocument", "RunTranslation"]
+__all__ = ["MAX_INLINE_ELEMENTS", "HtmlDocument", "HtmlLimitError", "RunTranslation"]
 
 _SKIP = frozenset(
     "script style noscript template textarea pre svg math head title iframe object".split()
@@ -53,6 +54,15 @@ _INLINE = frozenset(
 _WHOLE = frozenset("br wbr img code kbd samp var input".split())  # kept whole, as a point
 _DOCUMENT = re.compile(r"\s*(<!doctype|<html|<\?xml)", re.IGNORECASE)
 _WORD = re.compile(r"\S+")
+
+MAX_INLINE_ELEMENTS = 1_000
+"""The most inline elements (``<b>``, ``<a>``, ``<br>``, ...) one run (a paragraph) may hold;
+a document with a larger run is refused (:class:`HtmlLimitError`). Reading and rebuilding a run
+is linear in its elements; the bound keeps one request's work small all the same."""
+
+
+class HtmlLimitError(ValueError):
+    """A run holds more inline elements than :data:`MAX_INLINE_ELEMENTS`."""
 
 
 def _tag(el) -> str | None:
@@ -101,6 +111,8 @@ class _Run:
     spans: dict = field(default_factory=dict)  # element -> (start, end) characters of raw
     points: list = field(default_factory=list)  # (element, character offset) kept whole
     kids: dict = field(default_factory=dict)  # element or None (the run) -> inline children
+    preorder: list = field(default_factory=list)  # the elements of spans, in document order
+    up: dict = field(default_factory=dict)  # element -> its container (None: the run)
 
     @property
     def text(self) -> str:
@@ -118,6 +130,7 @@ class HtmlDocument:
 
     Raises:
         lxml.etree.ParserError: markup that is no document at all (a lone doctype).
+        HtmlLimitError: a run with more than :data:`MAX_INLINE_ELEMENTS` inline elements.
     """
 
     def __init__(self, markup: str, *, inline: bool = True) -> None:
@@ -132,7 +145,9 @@ class HtmlDocument:
             self.root = lxml.html.fragment_fromstring(markup, create_parent="div")
             self._doctype = ""
         self.runs: list[_Run] = []
+        self._inline_memo: dict = {}
         self._visit(self.root)
+        self._inline_memo.clear()
 
     @property
     def texts(self) -> list[str]:
@@ -147,7 +162,21 @@ class HtmlDocument:
     # ---- reading ---------------------------------------------------------------------------
 
     def _is_inline(self, el) -> bool:
-        return self.inline and _inline(el)
+        """:func:`_inline`, remembered per element: a deep tree is walked once, not once per
+        level."""
+        if not self.inline:
+            return False
+        known = self._inline_memo.get(el)
+        if known is None:
+            tag = _tag(el)
+            if tag is None:
+                known = False
+            elif _whole(el):
+                known = True
+            else:
+                known = tag in _INLINE and all(self._is_inline(c) for c in el)
+            self._inline_memo[el] = known
+        return known
 
     def _visit(self, parent) -> None:
         if _untranslated(parent) or (not self.inline and _whole(parent)):
@@ -175,11 +204,18 @@ class HtmlDocument:
 
         def walk(el, container) -> None:
             run.kids.setdefault(container, []).append(el)
+            if len(run.up) >= MAX_INLINE_ELEMENTS:
+                raise HtmlLimitError(
+                    f"a paragraph has more than {MAX_INLINE_ELEMENTS:,} inline elements "
+                    "(the limit per paragraph)"
+                )
+            run.up[el] = container
             if _whole(el):
                 run.points.append((el, size))
                 if _tag(el) == "br":
                     emit(" ")  # a line break separates words
                 return
+            run.preorder.append(el)
             start = size
             emit(el.text)
             for c in el:
@@ -232,6 +268,18 @@ class HtmlDocument:
         for w in target:
             starts.append(pos)
             pos += len(w) + 1
+        # Per source word, the last target word aligned to it (None: none), and the last
+        # source word at or before it that has one (-1: none): each point is then a lookup.
+        n = len(words)
+        last_j: list[int | None] = [None] * n
+        first_j: list[int | None] = [None] * n
+        for k, js in align.items():
+            first_j[k], last_j[k] = min(js), max(js)
+        aligned_before, prev = [-1] * n, -1
+        for k in range(n):
+            if last_j[k] is not None:
+                prev = k
+            aligned_before[k] = prev
 
         def char_span(first: int, last: int) -> tuple[int, int]:
             return starts[first], starts[last] + len(target[last])
@@ -239,18 +287,45 @@ class HtmlDocument:
         def point(offset: int) -> int:
             """After the target word aligned to the last source word before ``offset`` (and
             after the space that follows it when the source had a space there)."""
-            for k in range(len(words) - 1, -1, -1):
-                if words[k] < offset and align.get(k):
-                    j = max(align[k])
-                    end = starts[j] + len(target[j])
-                    spaced = run.raw[offset - 1 : offset].isspace() and end < len(text)
-                    return end + 1 if spaced else end
-            return 0
+            k = bisect.bisect_left(words, offset) - 1  # the last source word before offset
+            k = aligned_before[k] if k >= 0 else -1
+            if k < 0:
+                return 0
+            j = last_j[k]
+            end = starts[j] + len(target[j])
+            spaced = run.raw[offset - 1 : offset].isspace() and end < len(text)
+            return end + 1 if spaced else end
 
-        spans: dict = {}
-        for el, (a, b) in run.spans.items():
-            hits = [j for k, s in enumerate(words) if a <= s < b for j in align.get(k, ())]
-            spans[el] = char_span(min(hits), max(hits)) if hits else None
+        # Each source word's innermost element (rule 1), by one sweep over the elements in
+        # document order with a stack of the open ones; then each element's first and last
+        # aligned target word, folded from its own words and its children's (children come
+        # after their parent in document order, so a reversed pass has them first).
+        lo: dict = {}  # element -> its first aligned target word
+        hi: dict = {}  # element -> its last one
+        stack: list = []
+        k = 0
+
+        def own_words(upto: float) -> None:
+            nonlocal k
+            while k < n and words[k] < upto:
+                while stack and run.spans[stack[-1]][1] <= words[k]:
+                    stack.pop()
+                if stack and last_j[k] is not None:
+                    el = stack[-1]
+                    lo[el] = min(lo.get(el, first_j[k]), first_j[k])
+                    hi[el] = max(hi.get(el, last_j[k]), last_j[k])
+                k += 1
+
+        for el in run.preorder:
+            own_words(run.spans[el][0])
+            stack.append(el)
+        own_words(float("inf"))
+        for el in reversed(run.preorder):
+            container = run.up[el]
+            if el in lo and container is not None:
+                lo[container] = min(lo.get(container, lo[el]), lo[el])
+                hi[container] = max(hi.get(container, hi[el]), hi[el])
+        spans: dict = {el: char_span(lo[el], hi[el]) if el in lo else None for el in run.spans}
         padded = set()  # points with a space after them in the source, and before them here
         for el, offset in run.points:
             spans[el] = (point(offset), point(offset))
@@ -262,39 +337,41 @@ class HtmlDocument:
         for el, offset in ((e, run.spans[e][0]) for e in run.spans if spans[e] is None):
             spans[el] = (point(offset), point(offset))
 
-        def place(container, lo: int, hi: int) -> list:
-            """Items (text, element) of ``container``'s span ``[lo, hi)``, elements filled."""
+        def place(container, begin: int, end: int) -> list:
+            """Items (text, element) of ``container``'s span ``[begin, end)``, elements
+            filled."""
             kids = run.kids.get(container, [])
-            order = sorted(kids, key=lambda e: (spans[e][0], spans[e][1], kids.index(e)))
+            rank = {e: i for i, e in enumerate(kids)}
+            order = sorted(kids, key=lambda e: (spans[e][0], spans[e][1], rank[e]))
             items: list = []
-            at = lo
+            at = begin
             pad = False
             for el in order:
                 a, b = spans[el]
-                a = min(max(a, at), hi)
-                b = min(max(b, a), hi)
+                a = min(max(a, at), end)
+                b = min(max(b, a), end)
                 if at < a:
                     items.append((" " if pad and text[at] != " " else "") + text[at:a])
                 if not _whole(el):
                     _fill(el, place(el, a, b))
                 items.append(el)
                 at, pad = b, el in padded
-            if at < hi:
-                items.append((" " if pad and text[at] != " " else "") + text[at:hi])
+            if at < end:
+                items.append((" " if pad and text[at] != " " else "") + text[at:end])
             return items
 
         items = place(None, 0, len(text))
         items = [lead, *items, trail]
         parent = run.parent
-        index = 0 if run.owner is parent else parent.index(run.owner) + 1
         for child in run.children:
             parent.remove(child)
         head, rest = _leading_text(items)
         if run.owner is parent:
             parent.text = head
+            _insert(parent, None, rest)
         else:
             run.owner.tail = head
-        _insert(parent, index, rest)
+            _insert(parent, run.owner, rest)
 
     def _serialize(self) -> str:
         if self.whole_document:
@@ -316,17 +393,22 @@ def _leading_text(items: list) -> tuple[str, list]:
     return "".join(head), []
 
 
-def _insert(parent, index: int, items: list) -> None:
-    """Insert ``items`` (elements, each followed by its tail text) at ``parent[index]``."""
-    last = None
+def _insert(parent, after, items: list) -> None:
+    """Insert ``items`` (elements, each followed by its tail text) into ``parent`` right after
+    its child ``after`` and that child's tail (None: at its start). Each element goes next to
+    the one before it (``addnext``), never by index, which lxml finds by walking the children:
+    a run's rebuild stays linear in its elements."""
+    last = after
     for item in items:
         if isinstance(item, str):
-            if last is not None:
+            if last is not None and last is not after:
                 last.tail = (last.tail or "") + item
             continue
         item.tail = None
-        parent.insert(index, item)
-        index += 1
+        if last is None:
+            parent.insert(0, item)
+        else:
+            last.addnext(item)
         last = item
 
 
@@ -336,4 +418,4 @@ def _fill(el, items: list) -> None:
         el.remove(c)
     head, rest = _leading_text(items)
     el.text = head or None
-    _insert(el, 0, rest)
+    _insert(el, None, rest)

@@ -8,8 +8,9 @@ A stop stops accepting connections, finishes the requests in flight, then exits 
 graceful shutdown, then :meth:`~seq2seq.serve.batcher.Batcher.close` finishes anything still
 queued).
 
-Request heads are bounded (:data:`~seq2seq.serve.http_protocol.MAX_HEADER_BYTES`) under every
-installation: :func:`~seq2seq.serve.http_protocol.http_settings` picks the parser.
+Request heads are bounded (:data:`~seq2seq.serve.http_protocol.MAX_HEADER_BYTES`), and so is the
+time a request may take to arrive (``--read-timeout``), under every installation:
+:func:`~seq2seq.serve.http_protocol.http_settings` picks the parser.
 """
 
 from __future__ import annotations
@@ -201,7 +202,8 @@ def _run(
         log_level=log_level,
         lifespan="on",
         timeout_graceful_shutdown=None,
-        **http_settings(),  # a bounded request head, whichever parser is installed
+        # a bounded request head and read time, whichever parser is installed
+        **http_settings(read_timeout_s=config.read_timeout_s),
     )
     redact_logs()  # after uvicorn.Config has set its handlers: no key or file token is logged
     server = uvicorn.Server(uv_config)

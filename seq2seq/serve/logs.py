@@ -22,8 +22,9 @@ __all__ = ["RedactSecrets", "key_label", "log", "redact", "redact_logs"]
 
 log = logging.getLogger("seq2seq.serve")
 
-# api_key=VALUE in a query string (or a form quoted in a message), up to the next separator
-_KEY_PARAM = re.compile(r"(?i)(\bapi_key=)([^&\s\"'#;]+)")
+# api_key=VALUE in a query string (or a form quoted in a message), up to the next separator;
+# the name may be percent-encoded (api%5Fkey), which the server decodes to api_key
+_KEY_PARAM = re.compile(r"(?i)(\bapi(?:_|%5f)key=)([^&\s\"'#;]+)")
 # /download_file/TOKEN (the name after it is the user's file name, not a secret)
 _FILE_TOKEN = re.compile(r"(/download_file/)([^/\s?\"'#]+)")
 
@@ -46,7 +47,8 @@ def _token(match: re.Match) -> str:
 def redact(text: str) -> str:
     """``text`` with every ``api_key=KEY`` and ``/download_file/TOKEN`` shown as
     ``<sha256:LABEL>`` (:func:`key_label`)."""
-    if "api_key" not in text.lower() and "/download_file/" not in text:
+    lowered = text.lower()
+    if "api_key" not in lowered and "api%5fkey" not in lowered and "/download_file/" not in text:
         return text
     return _FILE_TOKEN.sub(_token, _KEY_PARAM.sub(_key, text))
 

@@ -17,12 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from lxml.etree import LxmlError
+from starlette.concurrency import run_in_threadpool
 
 from seq2seq.core import UserError
 from seq2seq.decode import TorchEngine, supports
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
-from seq2seq.serve.html import HtmlDocument, RunTranslation
+from seq2seq.serve.html import HtmlDocument, HtmlLimitError, RunTranslation
 from seq2seq.serve.logs import log
 from seq2seq.serve.paragraphs import Segments, join_text, split_text
 from seq2seq.serve.stream import SearchStream
@@ -444,15 +445,22 @@ class TranslationService:
         (:mod:`seq2seq.serve.html`)."""
         if not any(t.strip() for t in texts):
             raise RequestError(400, f"empty text: {field} has nothing to translate")
+        inline = self.can_align
+        # Parsing, splitting and rebuilding a document is work in proportion to its size:
+        # done on a worker thread, so that the event loop keeps answering other clients.
         try:
-            docs = [HtmlDocument(t, inline=self.can_align) for t in texts]
+            docs = await run_in_threadpool(lambda: [HtmlDocument(t, inline=inline) for t in texts])
+        except HtmlLimitError as e:
+            raise RequestError(400, f"{field}: {e}") from None
         except (ValueError, LxmlError) as e:  # what lxml cannot parse at all
             raise RequestError(400, f"{field} is not HTML that can be parsed: {e}") from None
         runs = [r for d in docs for r in d.texts]
         if not runs:
-            return [d.apply([]) for d in docs]
+            return await run_in_threadpool(lambda: [d.apply([]) for d in docs])
         align = self.can_align and any(d.needs_alignments for d in docs)
-        split = self.split(runs, language=direction[0], split=True, field=field, totals=totals)
+        split = await run_in_threadpool(
+            lambda: self.split(runs, language=direction[0], split=True, field=field, totals=totals)
+        )
         results = await self.translate(
             split, self.options(nbest=1), alignments=align, direction=direction, parts=not totals
         )
@@ -467,15 +475,23 @@ class TranslationService:
                     ]
                 )
             )
-        out, start = [], 0
-        for d in docs:
-            out.append(d.apply(done[start : start + len(d.runs)]))
-            start += len(d.runs)
-        return out
+
+        def rebuild() -> list[str]:
+            out, start = [], 0
+            for d in docs:
+                out.append(d.apply(done[start : start + len(d.runs)]))
+                start += len(d.runs)
+            return out
+
+        return await run_in_threadpool(rebuild)
 
     async def translate_file_text(self, text: str, direction: tuple[str, str]) -> str:
         """A text file's translation in ``direction``, its layout kept (lines, indentation)."""
-        split = self.split([text], language=direction[0], split=True, field="file", totals=False)
+        split = await run_in_threadpool(  # a whole file: off the event loop
+            lambda: self.split(
+                [text], language=direction[0], split=True, field="file", totals=False
+            )
+        )
         results = await self.translate(
             split, self.options(nbest=1), direction=direction, parts=True
         )
