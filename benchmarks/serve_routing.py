@@ -2,7 +2,7 @@
 """What routing across several models costs: ``seq2seq serve`` with three models against one
 model serving its own pair alone, at the same load.
 
-Servers (each a process on a free port of 127.0.0.1, torch engine, ``--threads``):
+Servers (each a process on a free port of 127.0.0.1, torch engine, greedy search, ``--threads``):
 
 - ``alone``: ``seq2seq serve A``;
 - ``three``: ``seq2seq serve A --model B --model C`` (three models, each with its own batcher).
@@ -24,7 +24,7 @@ tiny copy-task models of ``tests/factories.py`` (en-de, en-fr, en-es; 150 traini
 and its synthetic sentences: a model this small makes the server's own work, routing included,
 the largest part of a request, so the ratio is a bound for larger models.
 
-    python benchmarks/serve_routing.py --rounds 3 --seconds 15
+    python benchmarks/serve_routing.py --rounds 3 --seconds 20
 """
 
 from __future__ import annotations
@@ -129,10 +129,12 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--models", nargs=3, metavar="DIR", help="three model directories (A B C)")
     p.add_argument("--clients", type=int, default=32)
-    p.add_argument("--seconds", type=float, default=15)
+    p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--warmup", type=float, default=3)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--threads", type=int, default=2)
+    # one thread: for models this small, two OpenMP threads on busy cores mostly wait for
+    # each other (docs/benchmarks.md, "Routing across models")
+    p.add_argument("--threads", type=int, default=1)
     args = p.parse_args()
 
     from seq2seq.decode import Translator
@@ -140,16 +142,23 @@ def main() -> None:
     tmp = tempfile.TemporaryDirectory(prefix="serve-routing-")
     dirs = [needs.model_dir(d) for d in args.models] if args.models else tiny_models(Path(tmp.name))
     src = sentences()
-    translators = [Translator.load(d) for d in dirs]
+    translators = [Translator.load(d, method="greedy") for d in dirs]
     pairs = [t.directions[0] for t in translators]
     if len(set(pairs)) != 3:
         raise needs.UserError(f"the three models must translate three pairs, not {pairs}")
-    want = {t.directions[0][1]: dict(zip(src, t.translate(src))) for t in translators}
+    # the server rejoins a text's sentences without their edge spaces (seq2seq.serve.paragraphs)
+    want = {
+        t.directions[0][1]: {s: x.strip() for s, x in zip(src, t.translate(src))}
+        for t in translators
+    }
     del translators
     servers = {
-        "alone": Server(dirs[0], "torch", args.threads, ["--no-access-log"]),
+        "alone": Server(dirs[0], "torch", args.threads, ["--greedy"]),
         "three": Server(
-            dirs[0], "torch", args.threads, ["--model", str(dirs[1]), "--model", str(dirs[2])]
+            dirs[0],
+            "torch",
+            args.threads,
+            ["--greedy", "--model", str(dirs[1]), "--model", str(dirs[2])],
         ),
     }
     try:

@@ -8,8 +8,10 @@ budget (``--max-loaded N``).
   is unloaded first (its batcher finishes, its translator is dropped). A request for a model
   that is loading waits for that load (concurrent requests share one load); when every loaded
   model is in use, a load waits until one is free. A request never fails for the budget.
-- Loads and warm-up run on the server's one engine thread (:func:`~seq2seq.serve.batcher
-  .engine_thread` says why), so other models' batches wait while a model loads.
+- Loads, warm-up and every model's batches run on the server's one engine thread
+  (:func:`~seq2seq.serve.batcher.engine_thread` says why), so other models' batches wait while
+  a model loads. The models' batchers take turns through one gate: a batcher forms its next
+  batch only when its turn comes, so that it holds every sentence queued meanwhile.
 - A load that fails answers its waiting requests with a 503 that says why, and the next
   request tries again; a model loaded at start that fails stops the server
   (``on_fatal``: the launcher exits 2 with that line).
@@ -71,7 +73,8 @@ class ModelPool:
         load: loads a model on the engine thread.
         metrics: where loads, unloads and each model's batches are counted.
         max_loaded: at most this many models in memory (0: no budget, all load at start).
-        given: translators the caller loaded already, by model name (never unloaded).
+        given: translators the caller loaded already, by model name (never unloaded, and
+            outside the budget).
 
     Raises:
         UserError: more models marked ``preload`` than ``max_loaded``; a budget below 0.
@@ -106,6 +109,8 @@ class ModelPool:
         else:
             self.preload = [m.name for m in models]
         self._clock = 0
+        # the models' batchers take turns on the one engine thread (Batcher's gate)
+        self._gate = asyncio.Lock() if len(self._entries) > 1 else None
         self._changed: asyncio.Event | None = None
         self._startup: asyncio.Task | None = None
         self._closing = False
@@ -221,7 +226,11 @@ class ModelPool:
             self._changed = asyncio.Event()
 
     def _resident(self) -> int:
-        return sum(e.service is not None or e.reserved for e in self._entries.values())
+        """Models counted against the budget (a given translator is outside it)."""
+        return sum(
+            (e.service is not None or e.reserved) and e.given is None
+            for e in self._entries.values()
+        )
 
     async def _ensure(self, entry: _Entry) -> TranslationService:
         while entry.service is None:
@@ -290,7 +299,9 @@ class ModelPool:
 
     def _service(self, name: str, translator, info: ModelInfo) -> TranslationService:
         metrics = self._metrics.for_model(name) if self._metrics is not None else None
-        return TranslationService(translator, info, self.config, self._executor, metrics)
+        return TranslationService(
+            translator, info, self.config, self._executor, metrics, gate=self._gate
+        )
 
     async def _install(self, entry: _Entry, translator, info: ModelInfo, *, seconds: float) -> None:
         name = entry.model.name

@@ -83,6 +83,8 @@ class TranslationService:
         config: limits and batching.
         executor: the engine thread the batcher runs every engine call on; None: its own.
         metrics: where to count batches and translated text (None: nothing is counted).
+        gate: the engine gate shared with the other models on ``executor``
+            (:class:`~seq2seq.serve.batcher.Batcher`); None: none.
     """
 
     def __init__(
@@ -92,6 +94,7 @@ class TranslationService:
         config: ServeConfig,
         executor: ThreadPoolExecutor | None,
         metrics: ModelMetrics | None = None,
+        gate: asyncio.Lock | None = None,
     ) -> None:
         self.translator = translator
         self.info = info
@@ -125,6 +128,7 @@ class TranslationService:
             executor=executor,
             on_batch=metrics.batch if metrics is not None else None,
             lanes=lanes,
+            gate=gate,
         )
 
     # ---- worker side (runs on the batcher's thread) ---------------------------------------
