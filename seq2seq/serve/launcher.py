@@ -15,6 +15,7 @@ time a request may take to arrive (``--read-timeout``), under every installation
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import socket
@@ -120,8 +121,15 @@ def serve(
             _run(app, executor, planned, config, access_log, log_level, sock=sock,
                  ready=lambda line: _announce(line, sock))  # fmt: skip
         else:
-            job = (planned, device, config, access_log, log_level, threads)
-            supervise(serve_on, job, sock, workers)
+            job = {
+                "planned": [_model_json(m) for m in planned],
+                "device": device,
+                "config": dataclasses.asdict(config),
+                "access_log": access_log,
+                "log_level": log_level,
+                "threads": threads,
+            }
+            supervise("seq2seq.serve.launcher:serve_on", job, sock, workers)
     finally:
         sock.close()
 
@@ -132,31 +140,39 @@ def _announce(line: str, sock: socket.socket) -> None:
     log.info("%s on http://%s:%d (API docs: /docs)", line, shown, port)
 
 
-def serve_on(
-    planned: list[PlannedModel],
-    device: str,
-    config: ServeConfig,
-    access_log: bool,
-    log_level: str,
-    threads: int | None,
-    *,
-    sock: socket.socket,
-    ready: Callable[[str], None],
-) -> None:
+def _model_json(m: PlannedModel) -> dict:
+    return {**dataclasses.asdict(m), "folders": [str(f) for f in m.folders],
+            "directions": [list(d) for d in m.directions], "search": dict(m.search)}  # fmt: skip
+
+
+def serve_on(job: dict, *, sock: socket.socket, ready: Callable[[str], None]) -> None:
     """A worker process of ``--workers`` on the listening ``sock``: build the app, call
     ``ready(line)`` (``line``: what it serves), run uvicorn (the models load at its startup)
     until SIGTERM or SIGINT, finish in-flight work.
+
+    Args:
+        job: what :func:`serve` planned, as JSON: ``planned`` (the models), ``device``,
+            ``config`` (the ServeConfig's fields), ``access_log``, ``log_level``, ``threads``.
+        sock: the listening socket.
+        ready: called once the app is built.
 
     Raises:
         UserError: a bad option; a model loaded at start that fails to load.
     """
     logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
-    if threads is not None:
+    if job["threads"] is not None:
         import torch
 
-        torch.set_num_threads(threads)
-    app, executor = _build(planned, device, config)
-    _run(app, executor, planned, config, access_log, log_level, sock=sock, ready=ready)
+        torch.set_num_threads(job["threads"])
+    planned = [
+        PlannedModel(**{**m, "folders": tuple(Path(f) for f in m["folders"]),
+                        "directions": tuple(tuple(d) for d in m["directions"])})
+        for m in job["planned"]
+    ]  # fmt: skip
+    config = ServeConfig(**job["config"])
+    app, executor = _build(planned, job["device"], config)
+    _run(app, executor, planned, config, job["access_log"], job["log_level"], sock=sock,
+         ready=ready)  # fmt: skip
 
 
 def _build(planned: list[PlannedModel], device: str, config: ServeConfig):

@@ -21,13 +21,13 @@ its supervisor (``PR_SET_PDEATHSIG``), so a killed supervisor leaves no worker b
 from __future__ import annotations
 
 import contextlib
+import importlib
+import json
 import os
-import pickle
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from seq2seq.core import UserError
@@ -46,11 +46,13 @@ def _die_with_parent() -> None:
 
 
 def _child(sock_fd: int, report_fd: int) -> None:
-    """A worker (``python -m seq2seq.serve.workers SOCK_FD REPORT_FD``, the job pickled on
-    stdin): ``target(*args, sock=..., ready=...)``; it reports ``ready LINE`` or ``error
+    """A worker (``python -m seq2seq.serve.workers SOCK_FD REPORT_FD``, the job as JSON on
+    stdin: no pickle): ``target(job, sock=..., ready=...)``; it reports ``ready LINE`` or ``error
     MESSAGE`` on the pipe ``report_fd``."""
     _die_with_parent()
-    target, args = pickle.load(sys.stdin.buffer)
+    order = json.loads(sys.stdin.read())
+    module, _, name = order["target"].partition(":")
+    target = getattr(importlib.import_module(module), name)
     report = os.fdopen(report_fd, "w", buffering=1, encoding="utf-8")
     sock = socket.socket(fileno=sock_fd)
 
@@ -58,7 +60,7 @@ def _child(sock_fd: int, report_fd: int) -> None:
         report.write(f"{kind} {text.replace(chr(10), ' ')}\n")
 
     try:
-        target(*args, sock=sock, ready=lambda line: say("ready", line))
+        target(order["job"], sock=sock, ready=lambda line: say("ready", line))
     except UserError as e:
         say("error", str(e))
         sys.exit(2)
@@ -69,7 +71,7 @@ def _child(sock_fd: int, report_fd: int) -> None:
 class _Worker:
     """A worker process and the pipe it reports on (EOF: it has exited)."""
 
-    def __init__(self, target, args: tuple, sock: socket.socket) -> None:
+    def __init__(self, target: str, job: dict, sock: socket.socket) -> None:
         read_fd, write_fd = os.pipe()
         sock_fd = sock.fileno()
         self.proc = subprocess.Popen(
@@ -80,7 +82,7 @@ class _Worker:
         os.close(write_fd)
         self.reports = os.fdopen(read_fd, "r", encoding="utf-8")
         assert self.proc.stdin is not None
-        self.proc.stdin.write(pickle.dumps((target, args)))
+        self.proc.stdin.write(json.dumps({"target": target, "job": job}).encode())
         self.proc.stdin.close()
         self.ready: str | None = None
         self.error: str | None = None
@@ -105,15 +107,15 @@ class _Worker:
         self.reports.close()
 
 
-def supervise(target: Callable[..., None], args: tuple, sock: socket.socket, n: int) -> None:
-    """Run ``target(*args, sock=sock, ready=callback)`` in ``n`` processes until SIGTERM or
+def supervise(target: str, job: dict, sock: socket.socket, n: int) -> None:
+    """Run ``target(job, sock=sock, ready=callback)`` in ``n`` processes until SIGTERM or
     SIGINT, then let every one finish its requests.
 
     Args:
-        target: a module-level function (it is pickled by name) that serves on ``sock`` and
+        target: ``"MODULE:FUNCTION"``, a module-level function that serves on ``sock`` and
             calls ``ready(line)`` once it is about to accept connections; ``line`` is its
             ``serving ...`` announcement (without the address).
-        args: its arguments (picklable).
+        job: its argument (JSON: the worker is a fresh interpreter, and nothing is unpickled).
         sock: the listening socket.
         n: worker processes.
 
@@ -138,7 +140,7 @@ def supervise(target: Callable[..., None], args: tuple, sock: socket.socket, n: 
 
     previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        workers.extend(_Worker(target, args, sock) for _ in range(n))
+        workers.extend(_Worker(target, job, sock) for _ in range(n))
         announced = False
         while not stopping:
             with selectors.DefaultSelector() as sel:
@@ -159,7 +161,7 @@ def supervise(target: Callable[..., None], args: tuple, sock: socket.socket, n: 
                         f"seq2seq serve: a worker exited with {code} while loading the model"
                     )
                 log.error("worker %d exited with %s; starting another", w.proc.pid, code)
-                workers[i] = _Worker(target, args, sock)
+                workers[i] = _Worker(target, job, sock)
             if not announced and all(w.ready is not None for w in workers):
                 announced = True
                 host, port = sock.getsockname()[:2]
