@@ -304,7 +304,7 @@ def test_a_file_is_queued_in_parts_within_the_queue_bound(model_dir, reference):
         return real(*args, **kwargs)
 
     translator.translate_nbest = held
-    lines = [SENTENCES[k % 3] for k in range(40)]  # 40 sentences, one a line
+    lines = [SENTENCES[k % 3] for k in range(24)]  # 24 sentences, one a line
     upload = {"file": ("many.txt", "\n".join(lines).encode())}
     most = 0
 

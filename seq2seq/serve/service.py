@@ -367,11 +367,9 @@ class TranslationService:
         limits (``--max-sentences``, ``--max-chars``) and at most half of ``--max-queue``, so
         that the other half stays open to other clients while a file is translated."""
         cfg = self.config
-        most = (
-            min(cfg.max_sentences, max(1, cfg.max_queue // 2))
-            if cfg.max_queue
-            else (cfg.max_sentences)
-        )
+        most = cfg.max_sentences
+        if cfg.max_queue:
+            most = min(most, max(1, cfg.max_queue // 2))
         out: list[list[str]] = []
         part: list[str] = []
         chars = 0
