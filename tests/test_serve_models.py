@@ -387,3 +387,40 @@ def test_a_real_server_routes_pivots_and_keeps_its_budget(dirs, offline):
     assert metrics[("seq2seq_model_loads_total", (("model", "fr-en"),))] == 2
     assert metrics[("seq2seq_model_unloads_total", (("model", "en-de"),))] == 1
     assert any("model en-de (en->de, torch engine" in line for line in srv.lines)
+
+
+def test_an_export_folder_is_a_model_with_its_own_engine(dirs, offline, tmp_path):
+    pytest.importorskip("ctranslate2")
+    from seq2seq.export import export_model
+
+    folder = export_model(dirs["en-es"], tmp_path / "ct2", fmt="ctranslate2", quantization="none")
+    models = [
+        plan_model(ModelSpec(folders=(dirs["en-de"],))),
+        plan_model(ModelSpec(folders=(folder,))),
+    ]
+    assert [m.engine for m in models] == ["torch", "ctranslate2"]
+    executor = engine_thread()
+    app = create_app(
+        executor=executor,
+        models=models,
+        load=lambda m: load_here(m.load_target, engine=m.engine, device="cpu", search={}),
+    )
+
+    async def body(client):
+        listed = await client.get("/v1/models")
+        return (
+            listed,
+            await libre(client, TEXTS, "en", "es"),
+            await libre(client, TEXTS, "en", "de"),
+        )
+
+    try:
+        listed, es, de = run_app(app, body)
+    finally:
+        executor.shutdown()
+    assert [(m["id"], m["engine"]) for m in listed.json()["models"]] == [
+        ("en-de", "torch"), ("ct2", "ctranslate2")
+    ]  # fmt: skip
+    reference = Translator.load(folder, engine="ctranslate2")
+    assert es.json()["translatedText"] == reference.translate(TEXTS)
+    assert de.json()["translatedText"] == offline["en-de"].translate(TEXTS)
