@@ -139,7 +139,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 async def load(
-    port: int,
+    port: int | list[int],
     src: list[str],
     want: dict[str, str],
     *,
@@ -156,7 +156,11 @@ async def load(
 
     ``key_of(client)``: the API key client number ``client`` sends (None: none). ``check``:
     False for a flood, whose 429 answers are expected (counted as ``limited``, not errors).
+    Several ports (replicas): client number ``c`` talks to ``port[c % len(port)]``; the engine
+    columns are the first replica's.
     """
+    ports = port if isinstance(port, list) else [port]
+    port = ports[0]
     rng = random.Random(seed)
     latencies: list[float] = []
     counts = {"requests": 0, "sentences": 0, "errors": 0, "wrong": 0, "limited": 0}
@@ -168,7 +172,7 @@ async def load(
 
     async def client(cid: int) -> None:
         nonlocal issued
-        conn = Connection(port)
+        conn = Connection(ports[cid % len(ports)])
         key = key_of(cid)
         extra = {"api_key": key} if key else {}
         pos = rng.randrange(len(src))

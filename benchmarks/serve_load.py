@@ -30,11 +30,22 @@ error, a timeout or a wrong translation counts as an error.
 ``--flood-limit`` per minute hammer it (from a process of their own) while 8 clients with other
 keys translate; reports the 429s each key got and the other keys' p99 latency against the same
 8 clients alone.
+``--redis-levels`` (e.g. 32): a ``ct2-redis`` server, the ct2 server with ``--redis`` (keys and
+rate-limit counts in a ``redis-server`` this script starts on a free port, nothing saved) in
+place of the key file, at those levels beside ``ct2``; reports the latency Redis adds per
+request (p50 and p99, ``ct2-redis`` minus ``ct2`` within a round).
+``--redis-flood SECONDS`` (at most 50): two ct2 replicas sharing that Redis; ``--flood-clients``
+clients with one key limited to ``--flood-limit`` per minute hammer both (from a process of
+their own) while 8 clients with other keys translate, 4 on each replica; reports how many of
+the flooding key's requests were admitted (exactly the limit: the flood lasts under a minute)
+and the other keys' p99 against the same 8 clients on one replica without a flood.
 ``--soak SECONDS`` then runs ``--soak-clients`` clients on the ct2 server that long (keys and
 metrics on) and reports the server's RSS (sampled every 10 s).
 
     python benchmarks/serve_load.py runs/demo/averaged --mirror $SEQ2SEQ_MIRROR --rounds 2
     python benchmarks/serve_load.py MODEL --levels "" --overhead-levels "" --rounds 1 --soak 600
+    python benchmarks/serve_load.py MODEL --levels "" --overhead-levels "" --redis-levels 32 \
+        --redis-flood 40 --flood-limit 600
 """
 
 from __future__ import annotations
@@ -60,14 +71,16 @@ LABELS = {
     "ct2-one-lane": "--engine ctranslate2 --lanes 1 (one batch at a time), keys and metrics on",
     "torch-unbatched": "--engine torch --no-batching, keys and metrics on",
     "torch-continuous": "--engine torch --continuous, keys and metrics on",
+    "ct2-redis": "--engine ctranslate2 --redis URL (keys and counts in Redis), metrics on",
 }
 
 
-def make_keys(db: Path, n: int, req_limit: int | None = None) -> list[str]:
-    """``n`` new keys in ``db`` (``seq2seq keys add``), each with ``req_limit`` per minute."""
+def make_keys(store: list[str], n: int, req_limit: int | None = None) -> list[str]:
+    """``n`` new keys (``seq2seq keys add``) in ``store`` (``["--db", FILE]`` or ``["--redis",
+    URL]``), each with ``req_limit`` per minute."""
     keys = []
     for _ in range(n):
-        cmd = [sys.executable, "-m", "seq2seq.cli", "keys", "add", "--db", str(db)]
+        cmd = [sys.executable, "-m", "seq2seq.cli", "keys", "add", *store]
         if req_limit:
             cmd += ["--req-limit", str(req_limit)]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -139,6 +152,9 @@ def main() -> None:
     p.add_argument("--flood", type=float, default=0, help="seconds of the one-key flood")
     p.add_argument("--flood-clients", type=int, default=32)
     p.add_argument("--flood-limit", type=int, default=600, help="the flooding key's limit/min")
+    p.add_argument("--redis-levels", default="", help="clients, ct2 with --redis (and ct2)")
+    p.add_argument("--redis-flood", type=float, default=0,
+                   help="seconds of the one-key flood on two replicas sharing Redis (<= 50)")  # fmt: skip
     p.add_argument("--soak", type=float, default=0, help="seconds of soak after the rounds")
     p.add_argument("--soak-clients", type=int, default=32)
     p.add_argument("--server-args", default="", help="extra `seq2seq serve` options")
@@ -172,29 +188,40 @@ def main() -> None:
         )
     src = read_test_source(args.model_dir, args.mirror, args.split)
     levels = lambda text: [int(x) for x in text.split(",") if x]  # noqa: E731
+    if args.redis_flood > 50:
+        raise needs.UserError("--redis-flood must be at most 50 s (the flood must fit a minute)")
+    ct2_levels = sorted(set(levels(args.levels)) | set(levels(args.redis_levels)))
+    redis = start_redis() if args.redis_levels or args.redis_flood else None
     extra = args.server_args.split()
     folders = {"torch": args.model_dir, "ctranslate2": export}
     results: dict = {"model": str(args.model_dir), "export": str(export), "threads": args.threads,
                      "sentences": len(src), "split": args.split, "rounds": args.rounds}  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="serve-load-") as tmp:
         db = Path(tmp) / "keys.db"
-        keys = make_keys(db, N_KEYS, 100_000)  # a limit never reached: counted, not refused
+        keys = make_keys(["--db", str(db)], N_KEYS, 100_000)  # never reached: counted, not refused
         on = ["--api-keys", str(db), *extra]
-        # name -> (engine, server options, levels, with keys)
+        in_redis = ["--redis", redis.url, *extra] if redis else []
+        redis_keys = make_keys(["--redis", redis.url], N_KEYS, 100_000) if redis else None
+        # name -> (engine, server options, levels, the keys its clients send)
         plan = {
-            "torch": ("torch", on, levels(args.levels), True),
-            "ct2": ("ctranslate2", on, levels(args.levels), True),
-            "ct2-bare": ("ctranslate2", ["--no-metrics", *extra], levels(args.overhead_levels), False),
-            "ct2-one-lane": ("ctranslate2", [*on, "--lanes", "1"], levels(args.one_lane_levels), True),
-            "torch-unbatched": ("torch", [*on, "--no-batching"], levels(args.unbatched_levels), True),
-            "torch-continuous": ("torch", [*on, "--continuous"], levels(args.continuous_levels), True),
+            "torch": ("torch", on, levels(args.levels), keys),
+            "ct2": ("ctranslate2", on, ct2_levels, keys),
+            "ct2-bare": ("ctranslate2", ["--no-metrics", *extra], levels(args.overhead_levels), None),
+            "ct2-one-lane": ("ctranslate2", [*on, "--lanes", "1"], levels(args.one_lane_levels), keys),
+            "torch-unbatched": ("torch", [*on, "--no-batching"], levels(args.unbatched_levels), keys),
+            "torch-continuous": ("torch", [*on, "--continuous"], levels(args.continuous_levels), keys),
+            "ct2-redis": ("ctranslate2", in_redis, levels(args.redis_levels), redis_keys),
         }  # fmt: skip
-        plan = {k: v for k, v in plan.items() if v[2] or (k == "ct2" and (args.flood or args.soak))}
+        plan = {k: v for k, v in plan.items()
+                if v[2] or (k == "ct2" and (args.flood or args.soak))
+                or (k == "ct2-redis" and args.redis_flood)}  # fmt: skip
         engines = sorted({v[0] for v in plan.values()})
         # Every server stays up for the whole run (an idle one costs memory, not CPU), so that
         # each round measures them one after the other.
         servers = {name: Server(args.model_dir, engine, args.threads, opts)
                    for name, (engine, opts, _lv, _k) in plan.items()}  # fmt: skip
+        if args.redis_flood:  # the second replica of the flood
+            servers["ct2-redis-2"] = Server(args.model_dir, "ctranslate2", args.threads, in_redis)
         for name, server in servers.items():
             print(f"  {name}: {server.engine_line}", flush=True)
         runs: dict = {name: [] for name in plan}
@@ -215,14 +242,14 @@ def main() -> None:
                 names = list(plan)
                 shift = rnd % len(names)
                 for name in names[shift:] + names[:shift]:
-                    engine, _opts, run_levels, with_keys = plan[name]
+                    engine, _opts, run_levels, its_keys = plan[name]
                     rows = []
                     for clients in run_levels:
                         row = asyncio.run(load(
                             servers[name].port, src, want[engine], clients=clients,
                             seconds=args.seconds, warmup=args.warmup,
                             max_requests=args.max_requests, seed=clients + rnd,
-                            key_of=(lambda c: keys[c % N_KEYS]) if with_keys else (lambda c: None)))  # fmt: skip
+                            key_of=(lambda c, k=its_keys: k[c % N_KEYS] if k else None)))  # fmt: skip
                         row["rss_mib"] = servers[name].rss_mib()
                         rows.append(row)
                         print(f"  round {rnd + 1}: {name} {clients:>3} clients: "
@@ -233,6 +260,10 @@ def main() -> None:
                     runs[name].append(rows)
             if args.flood > 0:
                 results["flood"] = flood(args, servers["ct2"], db, keys, src, want["ctranslate2"])
+            if args.redis_flood > 0:
+                results["redis_flood"] = redis_flood(
+                    args, [servers["ct2-redis"], servers["ct2-redis-2"]], redis.url, redis_keys,
+                    src, want["ctranslate2"])  # fmt: skip
             if args.soak > 0:
                 results["soak"] = soak(args, servers["ct2"], keys, src, want["ctranslate2"])
         finally:
@@ -240,6 +271,8 @@ def main() -> None:
                 code = server.stop()
                 if code != 0:
                     print(f"  ({name} server exited with {code})\n" + "".join(server.log[-20:]))
+            if redis is not None:
+                redis.stop()
 
     report(args, results, plan, runs, offline_runs, len(src))
     if args.json:
@@ -253,7 +286,7 @@ def flood(args, server: Server, db: Path, keys: list[str], src, want) -> dict:
     own: in this process they would share the measured clients' event loop, and every one of
     their 429s would delay the measured clients' answers here, not in the server.
     """
-    (flooder,) = make_keys(db, 1, args.flood_limit)
+    (flooder,) = make_keys(["--db", str(db)], 1, args.flood_limit)
     common = dict(seconds=args.flood, warmup=args.warmup, max_requests=10**9)
     others = lambda c: keys[c % N_KEYS]  # noqa: E731
     alone = asyncio.run(load(server.port, src, want, clients=8, seed=5, key_of=others, **common))
@@ -280,12 +313,61 @@ def flood(args, server: Server, db: Path, keys: list[str], src, want) -> dict:
     return out
 
 
+def start_redis():
+    """A ``redis-server`` on a free port (tests/redis_server.py), nothing saved to disk."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from redis_server import RedisServer, redis_server_binary
+
+    binary = redis_server_binary()
+    if binary is None:
+        raise needs.UserError(
+            "--redis-levels and --redis-flood need redis-server (apt-get install redis-server)"
+        )
+    return RedisServer(binary)
+
+
+def redis_flood(args, servers: list[Server], url: str, keys: list[str], src, want) -> dict:
+    """Two replicas sharing one Redis: one key floods both; 8 clients with other keys translate,
+    first on one replica without a flood, then 4 on each during it."""
+    (flooder,) = make_keys(["--redis", url], 1, args.flood_limit)
+    common = dict(seconds=args.redis_flood, warmup=args.warmup, max_requests=10**9)
+    others = lambda c: keys[c % N_KEYS]  # noqa: E731
+    ports = [s.port for s in servers]
+    alone = asyncio.run(load(ports[0], src, want, clients=8, seed=5, key_of=others, **common))
+    cmd = [sys.executable, __file__, str(args.model_dir), "--mirror", str(args.mirror),
+           "--split", args.split, "--flood-clients", str(args.flood_clients), "--warmup", "0",
+           "--child-flood", ",".join(map(str, ports)), flooder,
+           str(args.redis_flood + args.warmup + 1)]  # fmt: skip
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    if child.stdout.readline().strip() != "flooding":
+        sys.exit(f"the flooding process failed (exit {child.wait()})")
+    during = asyncio.run(load(ports, src, want, clients=8, seed=5, key_of=others, **common))
+    flooding = json.loads(child.stdout.read().strip().splitlines()[-1])
+    if child.wait():
+        sys.exit(f"the flooding process failed (exit {child.returncode})")
+    admitted = flooding["requests"] - flooding["errors"]
+    out = {"alone": alone, "flooder": flooding, "others": during, "flood_admitted": admitted,
+           "flood_limit": args.flood_limit, "p99_ratio": during["p99_ms"] / alone["p99_ms"]}  # fmt: skip
+    print(f"redis flood: two replicas sharing Redis; the flooding key ({args.flood_clients} "
+          f"clients in another process, over both replicas, limit {args.flood_limit}/min, "
+          f"{args.redis_flood + args.warmup + 1:.0f} s) was admitted {admitted} times and got "
+          f"{flooding['limited']} 429s ({flooding['errors']} errors); the other keys (4 clients "
+          f"on each replica) got {during['limited']} 429s, {during['errors']} errors, "
+          f"{during['wrong']} wrong; their p99 {during['p99_ms']:.0f} ms during the flood against "
+          f"{alone['p99_ms']:.0f} ms on one replica without it ({out['p99_ratio']:.2f}x), "
+          f"throughput {during['sentences_per_s']:.1f} against {alone['sentences_per_s']:.1f} "
+          f"sent/s", flush=True)  # fmt: skip
+    return out
+
+
 def child_flood(args) -> None:
-    """``--child-flood PORT KEY SECONDS``: ``--flood-clients`` clients with KEY, unchecked."""
+    """``--child-flood PORTS KEY SECONDS``: ``--flood-clients`` clients with KEY over the
+    comma-separated PORTS, unchecked."""
     port, key, seconds = args.child_flood
     src = read_test_source(args.model_dir, args.mirror, args.split)
     print("flooding", flush=True)
-    row = asyncio.run(load(int(port), src, {}, clients=args.flood_clients, seconds=float(seconds),
+    row = asyncio.run(load([int(p) for p in port.split(",")], src, {}, clients=args.flood_clients, seconds=float(seconds),
                            warmup=0, max_requests=10**9, seed=6, key_of=lambda _c: key,
                            check=False))  # fmt: skip
     print(json.dumps(row), flush=True)
@@ -341,6 +423,13 @@ def report(args, results: dict, plan: dict, runs: dict, offline_runs: dict, n_sr
         return {r["clients"]: r["sentences_per_s"] for r in rows[rnd]} if rows else {}
 
     for rnd in range(args.rounds):
+        # the latency Redis adds per request: ct2-redis against ct2 (the key file) in a round
+        with_file = {r["clients"]: r for r in (runs.get("ct2") or [[]] * (rnd + 1))[rnd]}
+        for r in (runs.get("ct2-redis") or [[]] * (rnd + 1))[rnd]:
+            if r["clients"] in with_file:
+                for q in ("p50", "p99"):
+                    added = r[f"{q}_ms"] - with_file[r["clients"]][f"{q}_ms"]
+                    ratios.setdefault(f"redis_added_{q}_ms_{r['clients']}", []).append(added)
         torch_, ct2, bare = at("torch", rnd), at("ct2", rnd), at("ct2-bare", rnd)
         for c, v in ct2.items():
             if torch_.get(c):

@@ -282,13 +282,13 @@ def test_a_duplicate_key_inside_a_section_is_an_error(tmp_path):
 
 
 def test_yaml_merge_keys_are_not_duplicates(tmp_path):
-    from seq2seq.config.loading import _read_yaml
+    from seq2seq.config.loading import read_yaml
 
     path = tmp_path / "x.yaml"
     path.write_text(
         "base: &b\n  d_model: 32\n  n_heads: 4\nmodel:\n  <<: *b\n  n_heads: 2\n", encoding="utf-8"
     )
-    assert _read_yaml(path)["model"] == {"d_model": 32, "n_heads": 2}  # an override, as YAML says
+    assert read_yaml(path)["model"] == {"d_model": 32, "n_heads": 2}  # an override, as YAML says
 
 
 def test_resume_check_reads_options_added_since_as_their_defaults():

@@ -403,7 +403,7 @@ BAD_REQUESTS = {
     "unsupported pair": (
         _post("/translate", json.dumps({"q": "a man", "source": "en", "target": "fr"}).encode()),
         400,
-        "language pair en->fr is not supported (supported pairs: en->de)",
+        "language pair en->fr is not supported (served languages: en, de; supported pairs: en->de)",
     ),
     "empty text": (
         _post("/translate", json.dumps({"q": "  \n ", **GOOD}).encode()),
@@ -674,7 +674,8 @@ def test_a_ctranslate2_engine_with_two_workers_runs_two_batch_lanes(model_dir, r
     assert run_app(one, lambda c: c.get("/v1/models")).json()["models"][0]["batching"]["lanes"] == 1
     want = reference.translate(texts, method="greedy")
     assert [a.json()["translatedText"] for a in answers] == want
-    assert app.state.service.batcher.stats.batches > 1
+    (service,) = app.state.pool.loaded().values()
+    assert service.batcher.stats.batches > 1
 
 
 def test_an_onnx_engine_refuses_alignments_before_queueing(model_dir, tmp_path):

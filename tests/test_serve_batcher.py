@@ -582,3 +582,48 @@ def test_lanes_are_refused_with_a_continuous_search_or_below_one():
         make(Script(), lanes=0)
     with pytest.raises(ValueError, match="continuous"):
         make(Script(), lanes=2, stream_for=lambda _o: None)
+
+
+@pytest.mark.parametrize("gated", [True, False])
+def test_batchers_sharing_a_thread_form_a_batch_when_their_turn_comes(gated):
+    # Two models' batchers on one engine thread: while A's batch runs, B's requests queue. With
+    # the shared gate B forms its batch once A is done, holding all of them; without it, B's
+    # first batch was formed at once and waited in the thread's queue as small as it was.
+    from seq2seq.serve.batcher import engine_thread
+
+    release = threading.Event()
+
+    def slow_a(sentences, options):
+        release.wait(10)
+        return list(sentences)
+
+    script_b = Script()
+    thread = engine_thread()
+    gate = asyncio.Lock() if gated else None
+    a = Batcher(
+        slow_a, count_tokens=words, max_tokens=1000, max_wait=0.001, executor=thread, gate=gate
+    )
+    b = make(script_b, max_wait=0.001, executor=thread, gate=gate)
+
+    async def main():
+        await a.start()
+        await b.start()
+        first = asyncio.ensure_future(a.translate(["a one"], "x"))
+        await asyncio.sleep(0.05)  # A's batch holds the thread
+        waiting = []
+        for i in range(3):
+            waiting.append(asyncio.ensure_future(b.translate([f"b {i}"], "x")))
+            await asyncio.sleep(0.02)
+        release.set()
+        out = await asyncio.gather(first, *waiting)
+        await a.close()
+        await b.close()
+        return out
+
+    try:
+        out = run(main())
+    finally:
+        thread.shutdown()
+    assert out == [["a one"], *(expected([f"b {i}"], "x") for i in range(3))]
+    sizes = [len(batch) for batch, _ in script_b.batches]
+    assert sizes == ([3] if gated else [1, 2])

@@ -506,13 +506,15 @@ def test_metrics_move_with_traffic(model_dir, tmp_path):
     ok = ("seq2seq_requests_total", (("route", "/translate"), ("status", "200")))
     bad = ("seq2seq_requests_total", (("route", "/translate"), ("status", "403")))
     assert b[ok] - a.get(ok, 0) == 3 and b[bad] == 1
-    assert b[("seq2seq_translated_sentences_total", ())] == 6
+    model = (("model", "model"),)  # each model's engine metrics carry its name
+    assert b[("seq2seq_translated_sentences_total", model)] == 6
     chars = sum(len(s) for s in SENTENCES[:2]) * 3
-    assert b[("seq2seq_translated_characters_total", ())] == chars
-    assert b[("seq2seq_batch_sentences_count", ())] >= 3
+    assert b[("seq2seq_translated_characters_total", model)] == chars
+    assert b[("seq2seq_batch_sentences_count", model)] >= 3
     assert b[("seq2seq_request_seconds_count", (("route", "/translate"),))] == 4
     assert b[("seq2seq_key_requests_total", (("key", key_label(key)),))] == 3
-    assert key not in after.text and ("seq2seq_queued_sentences", ()) in b
+    assert key not in after.text and ("seq2seq_queued_sentences", model) in b
+    assert b[("seq2seq_model_loaded", model)] == 1
 
 
 def test_metrics_can_be_switched_off(model_dir):

@@ -72,6 +72,7 @@ class ServerProcess:
         self._queue: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         self.url = self._wait_for_url(timeout=90)
+        self._wait_until_ready(timeout=90)  # the models load after the port opens
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -94,6 +95,18 @@ class ServerProcess:
                 return m.group(1)
         self.proc.kill()
         raise AssertionError("the server did not start:\n" + "".join(self.lines))
+
+    def _wait_until_ready(self, timeout: float) -> None:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end and self.proc.poll() is None:
+            try:
+                if httpx.get(f"{self.url}/ready", timeout=10).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        self.proc.kill()
+        raise AssertionError("the server did not get ready:\n" + "".join(self.lines))
 
     @property
     def port(self) -> int:

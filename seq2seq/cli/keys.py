@@ -1,5 +1,5 @@
-"""``seq2seq keys``: the API keys of ``seq2seq serve --api-keys`` (LibreTranslate's
-``ltmanage keys``)."""
+"""``seq2seq keys``: the API keys of ``seq2seq serve --api-keys FILE`` or ``--redis URL``
+(LibreTranslate's ``ltmanage keys``)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ def add_keys(sub) -> None:
     p = add_command(
         sub,
         "keys",
-        "Manage the API keys of `seq2seq serve --api-keys FILE`.\n\n"
-        "Keys live in an SQLite file created with mode 0600 (a file others may read is refused).\n"
-        "A running server sees a key added "
-        "or removed at its next request, without a restart.",
+        "Manage the API keys of `seq2seq serve --api-keys FILE` or `--redis URL`.\n\n"
+        "Keys live in an SQLite file created with mode 0600 (--db; a file others may read is\n"
+        "refused), or in the Redis that servers share (--redis). A running server sees a key\n"
+        "added or removed within a second, without a restart (every replica, with Redis).",
         "seq2seq keys add --db keys.db --req-limit 60\n"
         "seq2seq keys list --db keys.db\n"
-        "seq2seq keys remove KEY --db keys.db",
+        "seq2seq keys remove KEY --db keys.db\n"
+        "seq2seq keys add --redis redis://127.0.0.1:6379/0 --req-limit 60",
     )
     actions = p.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
@@ -34,19 +35,26 @@ def add_keys(sub) -> None:
     remove = actions.add_parser("remove", help="remove a key")
     remove.add_argument("key", metavar="KEY")
     for q in (add, lst, remove):
-        q.add_argument("--db", required=True, metavar="FILE", help="the key database")
+        where = q.add_mutually_exclusive_group(required=True)
+        where.add_argument("--db", metavar="FILE", help="the key database (SQLite)")
+        where.add_argument("--redis", metavar="URL", help="the Redis of `serve --redis URL`")
     p.set_defaults(run=_run_keys)
 
 
 def _run_keys(args) -> int:
-    from seq2seq.serve import KeyStore
+    if args.redis:
+        from seq2seq.serve import RedisKeyStore
 
-    store = KeyStore(args.db, create=args.action == "add")
+        store = RedisKeyStore(args.redis)
+    else:
+        from seq2seq.serve import KeyStore
+
+        store = KeyStore(args.db, create=args.action == "add")
     try:
         if args.action == "add":
             key = store.add(args.req_limit)
             limit = f"{args.req_limit} per minute" if args.req_limit else "the server's --req-limit"
-            print(f"added a key to {args.db} ({limit}):")
+            print(f"added a key to {store.where} ({limit}):")
             print(key)
         elif args.action == "list":
             for key, limit in store.list():

@@ -25,6 +25,7 @@ _HOMES = {
     "dump_config": "loading",
     "load_config": "loading",
     "model_data_changes": "loading",
+    "read_yaml": "loading",
     "split_pair": "checks",
 }
 __all__ = sorted(_HOMES)

@@ -28,6 +28,7 @@ __all__ = [
     "dump_config",
     "load_config",
     "model_data_changes",
+    "read_yaml",
 ]
 
 
@@ -180,7 +181,9 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _read_yaml(path: Path) -> dict:
+def read_yaml(path: Path) -> dict:
+    """A YAML file's data, read strictly (duplicate keys refused); ``ConfigError`` names the
+    file and line of what is wrong."""
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
@@ -324,7 +327,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         cfg, source = ExperimentConfig(), "the defaults"
     else:
         path = Path(path)
-        cfg, source = config_from_dict(_read_yaml(path), str(path)), str(path)
+        cfg, source = config_from_dict(read_yaml(path), str(path)), str(path)
     cfg, keys = _apply(cfg, overrides or [])
     return _validated(cfg, source, keys)
 

@@ -1,6 +1,8 @@
 """Serving: the HTTP server (native and LibreTranslate APIs): its app, request schemas and
-bodies, translation service, dynamic batching, paragraphs, API keys and rate limits, named glossaries, language
-detection, HTML and file translation, metrics, the web page and the launcher.
+bodies, translation service, dynamic batching, several models (routing, pivoting, a memory
+budget), paragraphs, API keys and rate limits, named glossaries, the state they live in (in memory or in Redis),
+worker processes, language detection, HTML and file translation, metrics, the web page and the
+launcher.
 
 The public names below are imported on first use (docs/design.md, "Layers").
 """
@@ -11,8 +13,11 @@ from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
     "KeyStore": "keys",
+    "RedisKeyStore": "state_redis",
+    "ModelSpec": "model_specs",
     "ServeConfig": "config",
     "SqliteGlossaries": "glossaries",
+    "read_models_file": "model_specs",
     "serve": "launcher",
 }
 __all__ = sorted(_HOMES)

@@ -13,11 +13,13 @@ shapes.
 
 Limits count per key (the key's own ``req_limit``, or the server's ``--req-limit``), so another
 key from the same address keeps working; requests without a key count per client address
-against ``--req-limit`` (no limit when it is unset). The count is a moving window in memory (one
-process serves, so memory is the right store): a request is let through when fewer than N were
-let through in the 60 seconds before it.
+against ``--req-limit`` (no limit when it is unset). The count is a moving window: a request is
+let through when fewer than N were let through in the 60 seconds before it. Keys and counts live
+in the state backend (:mod:`seq2seq.serve.state`): this process's memory and the SQLite key file,
+or Redis (``--redis``), where one Lua script counts with the same window for every worker and
+replica.
 
-The window is :class:`MovingWindow`, not the ``limits`` library's ``MemoryStorage``: that
+The in-memory window is :class:`MovingWindow`, not the ``limits`` library's ``MemoryStorage``: that
 storage starts a timer thread from the request path whenever its last one has ended (every 10
 ms under load), and ``Thread.start`` waits for the new thread to run, which on a busy server
 hands the GIL to a batch thread and back, milliseconds each time (benchmarks/serve_overhead.py
@@ -34,13 +36,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from starlette.concurrency import run_in_threadpool
-
 from seq2seq.serve.bodies import RequestError
-from seq2seq.serve.keys import KeysUnavailable
 
 if TYPE_CHECKING:
-    from seq2seq.serve.keys import KeyTable
+    from seq2seq.serve.state import State
 
 __all__ = ["Access", "Client", "MovingWindow", "SWEEP_EVERY"]
 
@@ -101,24 +100,24 @@ class MovingWindow:
 
 
 class Access:
-    """Checks a request's key and counts it against its limit.
+    """Checks a request's key and counts it against its limit, in the state backend
+    (:mod:`seq2seq.serve.state`: the local one, or Redis shared by every worker and replica).
 
     Args:
-        keys: the live key table (None: the server takes no keys; any ``api_key`` is ignored,
-            as LibreTranslate ignores it without ``--api-keys``).
+        state: the backend (its ``keys_enabled`` False: the server takes no keys; any
+            ``api_key`` is ignored, as LibreTranslate ignores it without ``--api-keys``).
         require_key: refuse requests without a key.
         req_limit: requests per minute per client (a key without its own limit, or an address
             without a key); 0: no limit.
     """
 
-    def __init__(self, keys: KeyTable | None, *, require_key: bool, req_limit: int) -> None:
-        self.keys = keys
+    def __init__(self, state: State, *, require_key: bool, req_limit: int) -> None:
+        self.state = state
         self.require_key = require_key
         self.req_limit = req_limit
-        self._window = MovingWindow()
 
     async def check_request(self, request, fields: dict) -> Client:
-        """:meth:`check` of a request: its key is ``api_key`` in the body's ``fields`` or else
+        """:meth:`admit` of a request: its key is ``api_key`` in the body's ``fields`` or else
         in the query string.
 
         Raises:
@@ -130,54 +129,37 @@ class Access:
             raise RequestError(400, "invalid request: field 'api_key' must be a string")
         key = key or request.query_params.get("api_key")
         address = request.client.host if request.client else "unknown"
-        return await self.check(key, address)
+        return await self.admit(key, address)
 
-    async def check(self, key: str | None, address: str) -> Client:
-        """:meth:`admit`, with the key file checked on a worker thread when it is due (SQLite
-        may wait for a lock: never on the event loop)."""
-        if key and self.keys is not None and self.keys.due:
-            await run_in_threadpool(self.keys.refresh)
-        return self.admit(key, address, refresh=False)
-
-    def admit(self, key: str | None, address: str, *, refresh: bool = True) -> Client:
+    async def admit(self, key: str | None, address: str) -> Client:
         """The client a request is, once its key is known and its limit not reached.
 
         Args:
             key: the request's ``api_key`` (None or empty: none).
             address: the client's address (what keyless requests are counted by).
-            refresh: check the key file first when due (False: :meth:`check` did).
 
         Raises:
             RequestError: 403 for an unknown key or a missing required one, 429 over the limit,
-                503 while the key file cannot be read.
+                503 when the keys cannot be checked (a key file that cannot be read, Redis
+                not answering).
         """
         key = key or None
-        if self.keys is None:
+        if not self.state.keys_enabled:
             key = None
-        limit = self.req_limit
-        if key is not None:
-            assert self.keys is not None
-            try:
-                known, own = self.keys.lookup(key, refresh=refresh)
-            except KeysUnavailable:
+        if key is None:
+            if self.require_key:
                 raise RequestError(
-                    503,
-                    "API keys cannot be checked right now; retry later",
-                    retry_after=max(1, math.ceil(self.keys.max_age_s)),
-                ) from None
-            if not known:
-                raise RequestError(403, "Invalid API key")
-            if own is not None:
-                limit = own
-        elif self.require_key:
-            raise RequestError(
-                403, "Please contact the server operator to get an API key (send it as api_key)"
-            )
-        if limit > 0:
-            who = f"key:{key}" if key is not None else f"addr:{address}"
-            wait = self._window.hit(who, limit)
-            if wait is not None:
-                raise RequestError(
-                    429, f"Slowdown: {limit} per 1 minute", retry_after=max(1, math.ceil(wait))
+                    403, "Please contact the server operator to get an API key (send it as api_key)"
                 )
+            if self.req_limit <= 0:  # nothing to look up or count: the state is not asked
+                return Client(None, address)
+        verdict = await self.state.admit(key, address, self.req_limit)
+        if not verdict.known:
+            raise RequestError(403, "Invalid API key")
+        if verdict.wait is not None:
+            raise RequestError(
+                429,
+                f"Slowdown: {verdict.limit} per 1 minute",
+                retry_after=max(1, math.ceil(verdict.wait)),
+            )
         return Client(key, address)

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -191,6 +192,11 @@ class Batcher(Generic[Options, Result]):
             each group joining the continuous search), for the metrics.
         lanes: static batches in flight at once, each on its own thread (>1 only for an engine
             that may be called from several threads at once; not with ``stream_for``).
+        gate: a lock shared by the batchers of several models on one engine thread
+            (:mod:`seq2seq.serve.model_pool`); with one lane, a batcher takes its next batch
+            from the queue only once it holds the gate, so that its queue keeps filling while
+            another model's batch runs (forming it earlier would leave it waiting in the
+            thread's queue, as small as it was). None: this batcher's thread is its own.
     """
 
     def __init__(
@@ -205,6 +211,7 @@ class Batcher(Generic[Options, Result]):
         executor: ThreadPoolExecutor | None = None,
         on_batch: Callable[[int], None] | None = None,
         lanes: int = 1,
+        gate: asyncio.Lock | None = None,
     ) -> None:
         if lanes < 1:
             raise ValueError(f"lanes must be >= 1, got {lanes}")
@@ -236,6 +243,7 @@ class Batcher(Generic[Options, Result]):
         self.lanes = lanes
         self._running: set[asyncio.Task] = set()
         self._lane_pool: ThreadPoolExecutor | None = None
+        self._gate = gate if lanes == 1 else None
 
     # ---- life cycle --------------------------------------------------------------------
 
@@ -364,7 +372,8 @@ class Batcher(Generic[Options, Result]):
         while True:
             if self._calls:
                 await self._drain()  # a call runs alone
-                await self._run_call(self._calls.popleft())
+                async with self._gated():
+                    await self._run_call(self._calls.popleft())
                 continue
             self._drop_abandoned()
             if self._stream is not None:
@@ -404,15 +413,21 @@ class Batcher(Generic[Options, Result]):
                     self._stream_options = oldest.options
                     await self._stream_step()
                     continue
-            batch = self._take(oldest.options, oldest.job, budget=self._share(oldest.options))
-            if not batch:
-                continue
             if self.lanes == 1:
-                await self._run_batch(batch)
-            else:
+                async with self._gated():  # the queue grows while another model's batch runs
+                    batch = self._take(oldest.options, oldest.job)
+                    if batch:
+                        await self._run_batch(batch)
+                continue
+            batch = self._take(oldest.options, oldest.job, budget=self._share(oldest.options))
+            if batch:
                 task = loop.create_task(self._run_batch(batch))
                 self._running.add(task)
                 task.add_done_callback(self._lane_done)
+
+    def _gated(self) -> contextlib.AbstractAsyncContextManager:
+        """The shared engine gate, held while this batcher uses the engine thread."""
+        return self._gate if self._gate is not None else contextlib.nullcontext()
 
     def _take(
         self,
@@ -455,6 +470,10 @@ class Batcher(Generic[Options, Result]):
 
     async def _stream_step(self) -> None:
         """Let queued sentences join the running search, run one step, deliver what finished."""
+        async with self._gated():
+            await self._stream_step_gated()
+
+    async def _stream_step_gated(self) -> None:
         stream = self._stream
         assert stream is not None
         loop = asyncio.get_running_loop()

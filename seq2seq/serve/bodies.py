@@ -16,7 +16,14 @@ from starlette.requests import ClientDisconnect
 
 from seq2seq.serve.logs import log
 
-__all__ = ["RequestError", "check_unicode", "read_json_object", "read_libre_fields", "validate"]
+__all__ = [
+    "RequestError",
+    "check_size",
+    "check_unicode",
+    "read_json_object",
+    "read_libre_fields",
+    "validate",
+]
 
 
 class RequestError(Exception):
@@ -69,6 +76,16 @@ def check_unicode(text: str, where: str) -> None:
             f"{where} is not valid Unicode: unpaired surrogate U+{ord(text[e.start]):04X} at "
             f"character {e.start + 1}",
         ) from None
+
+
+def check_size(texts: list[str], max_chars: int, *, field: str) -> None:
+    """RequestError 400 for texts over ``max_chars`` (``--max-chars``) together, or not
+    valid Unicode."""
+    total = sum(len(t) for t in texts)
+    if total > max_chars:
+        raise RequestError(400, f"request has {total:,} characters; the limit is {max_chars:,}")
+    for i, text in enumerate(texts):
+        check_unicode(text, field if len(texts) == 1 else f"{field}[{i}]")
 
 
 def _decode_utf8(data: bytes, what: str) -> str:

@@ -31,8 +31,13 @@ class ServeConfig:
             between its steps and leave it when done (seq2seq.decode.continuous); False (the
             default): static batches only. Sampling, greedy, constraints, the n-gram ban and
             alignments always run in static batches.
-        api_keys: the SQLite key file (``seq2seq keys``); None: the server takes no keys.
-        require_api_key: refuse requests without a key (with ``api_keys``).
+        api_keys: the SQLite key file (``seq2seq keys``); None: the server takes no keys
+            (unless ``redis`` is set).
+        redis: ``redis://HOST:PORT/DB``: API keys, rate-limit counts and translated files live
+            in that Redis, shared by every worker and replica (seq2seq.serve.state_redis); it
+            is then the key store (no ``api_keys``). None: the key file and this process's
+            memory.
+        require_api_key: refuse requests without a key (with ``api_keys`` or ``redis``).
         req_limit: requests per minute per key without its own limit, and per address for
             requests without a key; 0: no limit.
         slowdown_delay_s: seconds a request over its limit waits for its 429 (a client that
@@ -43,6 +48,10 @@ class ServeConfig:
         max_file_bytes: the largest file ``POST /translate_file`` takes.
         file_expiry_s: seconds a translated file stays downloadable.
         metrics: count requests, latencies, batches and translated text for ``GET /metrics``.
+        max_loaded: at most this many models in memory, the least recently used unloaded
+            (:mod:`seq2seq.serve.model_pool`); 0: every model loads at start and stays.
+        pivot: the language a pair no model serves is translated through (two legs,
+            :mod:`seq2seq.serve.routing`); None: no pivoting.
         read_timeout_s: seconds a request's head and body may take to arrive (from the
             connection or the request's first byte); a slower one is answered 408 or closed
             (:mod:`seq2seq.serve.http_protocol`).
@@ -64,6 +73,7 @@ class ServeConfig:
     lanes: int = 0
     continuous: bool = False
     api_keys: str | None = None
+    redis: str | None = None
     require_api_key: bool = False
     req_limit: int = 0
     slowdown_delay_s: float = 1.0
@@ -71,6 +81,8 @@ class ServeConfig:
     max_file_bytes: int = 1_000_000
     file_expiry_s: float = 1800.0
     metrics: bool = True
+    max_loaded: int = 0
+    pivot: str | None = "en"
     read_timeout_s: float = 30.0
     repetition_guard: bool = True
 
@@ -80,13 +92,18 @@ class ServeConfig:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 1")
         if self.max_alternatives < 0 or self.max_batch_tokens < 0:
             raise UserError("--max-alternatives and --max-batch-tokens must be >= 0")
-        for name in ("req_limit", "max_queue", "lanes"):
+        for name in ("req_limit", "max_queue", "lanes", "max_loaded"):
             if getattr(self, name) < 0:
                 raise UserError(f"--{name.replace('_', '-')} must be >= 0")
         if self.max_file_bytes < 1 or self.file_expiry_s <= 0:
             raise UserError("--max-file-bytes and --file-expiry must be > 0")
-        if self.require_api_key and not self.api_keys:
-            raise UserError("--require-api-key needs --api-keys FILE")
+        if self.api_keys and self.redis:
+            raise UserError(
+                "--api-keys and --redis exclude each other: with --redis the keys live in Redis "
+                "(seq2seq keys add --redis URL)"
+            )
+        if self.require_api_key and not (self.api_keys or self.redis):
+            raise UserError("--require-api-key needs --api-keys FILE or --redis URL")
         if not 0 <= self.slowdown_delay_s <= 60:
             raise UserError(
                 f"--slowdown-delay must be between 0 and 60 seconds, got {self.slowdown_delay_s}"

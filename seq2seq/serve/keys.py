@@ -39,7 +39,15 @@ from pathlib import Path
 from seq2seq.core import UserError, printable
 from seq2seq.serve.logs import log
 
-__all__ = ["BUSY_TIMEOUT_S", "KEY_ALPHABET", "KeyStore", "KeyTable", "KeysUnavailable"]
+__all__ = [
+    "BUSY_TIMEOUT_S",
+    "KEY_ALPHABET",
+    "KeyStore",
+    "KeyTable",
+    "KeysUnavailable",
+    "check_req_limit",
+    "new_key",
+]
 
 BUSY_TIMEOUT_S = 1.0
 """How long the server waits for a key file another process holds locked before the keyed
@@ -51,6 +59,25 @@ KEY_ALPHABET = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS api_keys (api_key TEXT NOT NULL PRIMARY KEY, req_limit INTEGER)"
 )
+
+
+def new_key() -> str:
+    """A new random key: 32 characters of :data:`KEY_ALPHABET` (192 random bits), never
+    starting with '-' (``seq2seq keys remove KEY`` would read it as an option)."""
+    key = secrets.token_urlsafe(24)
+    while key.startswith("-"):
+        key = secrets.token_urlsafe(24)
+    return key
+
+
+def check_req_limit(req_limit: int | None) -> None:
+    """A key's own requests per minute: None (the server's) or at least 1.
+
+    Raises:
+        UserError: below 1.
+    """
+    if req_limit is not None and req_limit < 1:
+        raise UserError(f"--req-limit must be >= 1, got {req_limit}")
 
 
 class KeysUnavailable(Exception):
@@ -111,6 +138,7 @@ class KeyStore:
 
     def __init__(self, path: str | Path, *, create: bool = False) -> None:
         self.path = Path(path)
+        self.where = str(self.path)
         if not self.path.is_file():
             if not create:
                 raise UserError(
@@ -132,11 +160,8 @@ class KeyStore:
         Raises:
             UserError: ``req_limit`` below 1.
         """
-        if req_limit is not None and req_limit < 1:
-            raise UserError(f"--req-limit must be >= 1, got {req_limit}")
-        key = secrets.token_urlsafe(24)  # 192 random bits
-        while key.startswith("-"):  # `seq2seq keys remove KEY` would read it as an option
-            key = secrets.token_urlsafe(24)
+        check_req_limit(req_limit)
+        key = new_key()
         with self._con:
             self._con.execute("INSERT INTO api_keys VALUES (?, ?)", (key, req_limit))
         return key

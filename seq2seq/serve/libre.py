@@ -6,6 +6,10 @@ unchanged.
 Every route that translates or detects takes ``api_key`` in the JSON or form body or in the
 query string and passes the request through ``admit`` first (:mod:`seq2seq.serve.access`);
 ``/languages`` and ``/frontend/settings`` never do, and the download URL is a capability.
+
+With several models (:mod:`seq2seq.serve.routing`) ``/languages`` lists every language served
+with the targets it reaches, directly or through the pivot language; each request goes to the
+model(s) of its pair (:mod:`seq2seq.serve.pivot`).
 """
 
 from __future__ import annotations
@@ -14,27 +18,30 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from fastapi import Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
 from seq2seq.serve.bodies import (
     RequestError,
+    check_size,
     form_glossary_fields,
     read_libre_fields,
     validate,
 )
-from seq2seq.serve.files import FILE_FORMATS, FileStore, read_upload
+from seq2seq.serve.files import FILE_FORMATS, read_upload
 from seq2seq.serve.glossaries import SqliteGlossaries, request_glossary
+from seq2seq.serve.pivot import translate_file_text, translate_html, translate_libre
 from seq2seq.serve.schemas import GlossaryFields, LibreTranslateRequest
 
 if TYPE_CHECKING:
-    from fastapi import FastAPI
-
     from seq2seq.serve.access import Client
+    from seq2seq.serve.config import ServeConfig
     from seq2seq.serve.detect import Detector
-    from seq2seq.serve.service import TranslationService
+    from seq2seq.serve.model_pool import ModelPool
+    from seq2seq.serve.routing import Router
+    from seq2seq.serve.state import State
 
-__all__ = ["LANGUAGE_NAMES", "add_libre_routes"]
+__all__ = ["LANGUAGE_NAMES", "libre_routes"]
 
 LANGUAGE_NAMES = {
     "ar": "Arabic", "bg": "Bulgarian", "ca": "Catalan", "cs": "Czech", "da": "Danish",
@@ -55,41 +62,46 @@ def _name(code: str) -> str:
     return LANGUAGE_NAMES.get(code, code)
 
 
-def add_libre_routes(
-    app: FastAPI,
-    service: TranslationService,
+def libre_routes(
+    pool: ModelPool,
+    router: Router,
     *,
+    config: ServeConfig,
     admit: Admit,
     detector: Detector,
-    files: FileStore,
+    state: State,
     openapi: dict,
     glossaries: SqliteGlossaries | None = None,
-) -> None:
-    """Add LibreTranslate's routes to ``app``.
+) -> APIRouter:
+    """LibreTranslate's routes.
 
     Args:
-        app: the FastAPI app.
-        service: the translation service.
+        pool: the served models.
+        router: which model(s) translate a pair.
+        config: limits.
         admit: ``await admit(request, fields)``: checks the key and the rate limit (raises
             RequestError); the client (its key).
-        detector: language detection over the model's languages.
-        files: where translated files wait for their download.
+        detector: language detection over the languages served.
+        state: the state backend, where translated files wait for their download (in memory,
+            or in Redis for every replica).
+        glossaries: the named glossaries of the API keys (None: named glossaries are off).
         openapi: the OpenAPI request body of ``POST /translate`` (JSON and forms).
         glossaries: the named glossaries (None: the server has no key database).
     """
-    info, config = service.info, service.config
+    api = APIRouter()
+    default_source, default_target = router.default
 
     def auto_source(texts: list[str], target: str | None) -> tuple[str, list[dict]]:
         """The language to translate from for ``source: auto``, and each text's detection."""
-        target = (target or info.target).strip().lower()
-        candidates = info.sources(target)
+        target = (target or default_target).strip().lower()
+        candidates = router.sources(target)
         if not candidates:
-            service.check_pair(info.source, target)  # the one error for an unknown target
+            router.route(default_source, target)  # the one error for an unknown target
         found = [detector.best(t, candidates) for t in texts]
         detected = [{"confidence": c, "language": lang} for lang, c in found]
         return found[0][0], detected
 
-    @app.post(
+    @api.post(
         "/translate",
         summary="LibreTranslate: translate text or HTML",
         openapi_extra=openapi,
@@ -117,14 +129,12 @@ def add_libre_routes(
         source = req.source
         if source.strip().lower() == "auto":
             source, detected = auto_source(texts, req.target)
-        direction = service.check_pair(source, req.target)
+        route = router.route(source, req.target)
         body: dict[str, Any] = {}
         if html:
-            out = await service.translate_html(
-                texts, direction=direction, field="q", glossary=glossary
-            )
+            out = await translate_html(pool, route, texts, field="q", glossary=glossary)
         else:
-            out, alts = await service.translate_libre(texts, direction, req.alternatives, glossary)
+            out, alts = await translate_libre(pool, route, texts, req.alternatives, glossary)
             if req.alternatives:
                 body["alternatives"] = alts if batch else alts[0]
         body = {"translatedText": out if batch else out[0], **body}
@@ -132,14 +142,14 @@ def add_libre_routes(
             body["detectedLanguage"] = detected if batch else detected[0]
         return JSONResponse(body)
 
-    @app.get("/languages", summary="LibreTranslate: supported languages (no key needed)")
+    @api.get("/languages", summary="LibreTranslate: supported languages (no key needed)")
     async def languages() -> list[dict]:
         return [
-            {"code": code, "name": _name(code), "targets": info.targets(code)}
-            for code in info.languages()
+            {"code": code, "name": _name(code), "targets": router.targets(code)}
+            for code in router.languages()
         ]
 
-    @app.post("/detect", summary="LibreTranslate: detect the language of a text")
+    @api.post("/detect", summary="LibreTranslate: detect the language of a text")
     async def detect(request: Request) -> JSONResponse:
         data, _ = await read_libre_fields(request, config.max_body_bytes)
         await admit(request, data)
@@ -148,33 +158,34 @@ def add_libre_routes(
         texts = q if batch else [q]
         if not texts or not all(isinstance(t, str) and t.strip() for t in texts):
             raise RequestError(400, "invalid request: q must be a non-empty text (or a list)")
-        service.check_size(texts, field="q")
+        check_size(texts, config.max_chars, field="q")
+        candidates = router.languages()
         ranked = [
-            [{"confidence": c, "language": lang} for lang, c in detector.rank(t, info.languages())]
+            [{"confidence": c, "language": lang} for lang, c in detector.rank(t, candidates)]
             for t in texts
         ]
         return JSONResponse(ranked if batch else ranked[0])
 
-    @app.get("/frontend/settings", summary="LibreTranslate: limits and options for clients")
+    @api.get("/frontend/settings", summary="LibreTranslate: limits and options for clients")
     async def frontend_settings() -> dict:
         return {
             "charLimit": config.max_chars,
             "frontendTimeout": 500,
-            "apiKeys": config.api_keys is not None,
+            "apiKeys": state.keys_enabled,
             "keyRequired": config.require_api_key,
             "suggestions": False,
             "filesTranslation": True,
             "supportedFilesFormat": sorted(FILE_FORMATS),
             # glossary and do_not_translate fields (constrained decoding: not on ctranslate2)
-            "glossaries": service.can_constrain,
+            "glossaries": any(pool.model(n).engine != "ctranslate2" for n in pool.names()),
             "namedGlossaries": glossaries is not None,
             "language": {
-                "source": {"code": info.source, "name": _name(info.source)},
-                "target": {"code": info.target, "name": _name(info.target)},
+                "source": {"code": default_source, "name": _name(default_source)},
+                "target": {"code": default_target, "name": _name(default_target)},
             },
         }
 
-    @app.post("/translate_file", summary="LibreTranslate: translate a .txt or .html file")
+    @api.post("/translate_file", summary="LibreTranslate: translate a .txt or .html file")
     async def translate_file(request: Request) -> JSONResponse:
         upload = await read_upload(request, config.max_file_bytes)
         client = await admit(request, upload.fields)
@@ -182,27 +193,27 @@ def add_libre_routes(
         glossary = request_glossary(
             fields.glossary, fields.do_not_translate, key=client.key, store=glossaries
         )
-        source = upload.fields.get("source") or info.source
-        target = upload.fields.get("target") or info.target
+        source = upload.fields.get("source") or default_source
+        target = upload.fields.get("target") or default_target
         if source.strip().lower() == "auto":
             source, _ = auto_source([upload.text[:2000]], target)
-        direction = service.check_pair(source, target)
+        route = router.route(source, target)
         if upload.name.lower().endswith((".html", ".htm")):
-            (out,) = await service.translate_html(
-                [upload.text], direction=direction, field="file", totals=False, glossary=glossary
+            (out,) = await translate_html(
+                pool, route, [upload.text], field="file", totals=False, glossary=glossary
             )
         else:
-            out = await service.translate_file_text(upload.text, direction, glossary)
+            out = await translate_file_text(pool, route, upload.text, glossary)
         stem, _, suffix = upload.name.rpartition(".")
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "file"
         name = f"{safe}.{re.sub(r'[^a-z0-9-]', '_', target.strip().lower())}.{suffix.lower()}"
-        token = files.put(name, out)
+        token = await state.put_file(name, out)
         url = str(request.url_for("download_file", token=token, name=name))
         return JSONResponse({"translatedFileUrl": url})
 
-    @app.get("/download_file/{token}/{name}", summary="A translated file (its URL is the key)")
+    @api.get("/download_file/{token}/{name}", summary="A translated file (its URL is the key)")
     async def download_file(token: str, name: str) -> Response:
-        stored = files.get(token)
+        stored = await state.get_file(token)
         if stored is None or stored.name != name:
             raise RequestError(404, "no such file (translated files expire)")
         return Response(
@@ -210,3 +221,5 @@ def add_libre_routes(
             media_type=f"{stored.media_type}; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="{stored.name}"'},
         )
+
+    return api

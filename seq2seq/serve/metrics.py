@@ -8,10 +8,13 @@ Metrics (all prefixed ``seq2seq_``):
 - ``requests_total{route, status}``: requests by route template (``/translate``,
   ``/download_file/{token}``, ...; ``other`` for paths no route serves) and HTTP status;
 - ``request_seconds{route}``: a latency histogram per route;
-- ``queued_sentences``: sentences waiting for the engine, read when scraped;
-- ``batch_sentences``: a histogram of the sentences per engine batch;
-- ``translated_sentences_total`` and ``translated_characters_total``: source sentences and
-  their characters translated;
+- ``queued_sentences{model}``: sentences waiting for each model's engine, read when scraped;
+- ``batch_sentences{model}``: a histogram of the sentences per engine batch;
+- ``translated_sentences_total{model}`` and ``translated_characters_total{model}``: source
+  sentences and their characters translated (a pivoted request counts in both models);
+- ``model_loaded{model}`` (1 or 0), ``model_loads_total{model}``,
+  ``model_unloads_total{model}`` and ``model_load_seconds{model}``: the memory budget's work
+  (:mod:`seq2seq.serve.model_pool`);
 - ``repetition_retries_total``: sentences searched again because their translation looped
   (seq2seq.decode.repetition);
 - ``key_requests_total{key}``: requests let through per API key, the key as the first 16 hex
@@ -28,25 +31,28 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 
 from seq2seq.serve.logs import key_label
 
-__all__ = ["CONTENT_TYPE", "MetricsMiddleware", "ServerMetrics", "key_label"]
+__all__ = ["CONTENT_TYPE", "MetricsMiddleware", "ModelMetrics", "ServerMetrics", "key_label"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 """The Prometheus text exposition format."""
 
 _LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+_LOAD_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
 
 class ServerMetrics:
     """The metrics of one app, in a registry of their own.
 
     Args:
-        queued: returns the sentences waiting for the engine now (read at each scrape).
+        queued: returns, per model name, the sentences waiting for its engine now (read at
+            each scrape).
     """
 
-    def __init__(self, queued: Callable[[], float]) -> None:
+    def __init__(self, queued: Callable[[], dict[str, float]]) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        self._queued_now = queued
         self.requests = Counter(
             "seq2seq_requests", "HTTP requests by route and status", ["route", "status"], registry=r
         )
@@ -58,21 +64,34 @@ class ServerMetrics:
             registry=r,
         )
         self.queued = Gauge(
-            "seq2seq_queued_sentences", "Sentences waiting for the engine", registry=r
+            "seq2seq_queued_sentences", "Sentences waiting for the engine", ["model"], registry=r
         )
-        self.queued.set_function(queued)
         self.batches = Histogram(
             "seq2seq_batch_sentences",
             "Sentences per engine batch",
+            ["model"],
             buckets=_BATCH_BUCKETS,
             registry=r,
         )
         self.sentences = Counter(
-            "seq2seq_translated_sentences", "Source sentences translated", registry=r
+            "seq2seq_translated_sentences", "Source sentences translated", ["model"], registry=r
         )
         self.characters = Counter(
             "seq2seq_translated_characters",
             "Characters of the source sentences translated",
+            ["model"],
+            registry=r,
+        )
+        self.loaded = Gauge(
+            "seq2seq_model_loaded", "1 while a model is loaded", ["model"], registry=r
+        )
+        self.loads = Counter("seq2seq_model_loads", "Models loaded", ["model"], registry=r)
+        self.unloads = Counter("seq2seq_model_unloads", "Models unloaded", ["model"], registry=r)
+        self.load_seconds = Histogram(
+            "seq2seq_model_load_seconds",
+            "Seconds a model took to load and warm up",
+            ["model"],
+            buckets=_LOAD_BUCKETS,
             registry=r,
         )
         self.repetition_retries = Counter(
@@ -85,10 +104,20 @@ class ServerMetrics:
         )
         self._key_labels: dict[str, str] = {}
 
-    def translated(self, sentences: list[str]) -> None:
-        """Count ``sentences`` (and their characters) as translated."""
-        self.sentences.inc(len(sentences))
-        self.characters.inc(sum(len(s) for s in sentences))
+    def for_model(self, name: str) -> ModelMetrics:
+        """What a model's service counts into (its ``model`` label)."""
+        return ModelMetrics(self, name)
+
+    def model_loaded(self, name: str, seconds: float) -> None:
+        """Count a load of ``name`` that took ``seconds``."""
+        self.loads.labels(name).inc()
+        self.load_seconds.labels(name).observe(seconds)
+        self.loaded.labels(name).set(1)
+
+    def model_unloaded(self, name: str) -> None:
+        """Count an unload of ``name``."""
+        self.unloads.labels(name).inc()
+        self.loaded.labels(name).set(0)
 
     def key_request(self, key: str) -> None:
         """Count a request made with ``key``."""
@@ -105,7 +134,27 @@ class ServerMetrics:
 
     def render(self) -> bytes:
         """The registry in Prometheus' text format."""
+        for name, n in self._queued_now().items():
+            self.queued.labels(name).set(n)
         return generate_latest(self.registry)
+
+
+class ModelMetrics:
+    """One model's part of :class:`ServerMetrics` (its ``model`` label, resolved once)."""
+
+    def __init__(self, metrics: ServerMetrics, name: str) -> None:
+        self._batches = metrics.batches.labels(name)
+        self._sentences = metrics.sentences.labels(name)
+        self._characters = metrics.characters.labels(name)
+
+    def batch(self, n_sentences: int) -> None:
+        """Count one engine batch of ``n_sentences``."""
+        self._batches.observe(n_sentences)
+
+    def translated(self, sentences: list[str]) -> None:
+        """Count ``sentences`` (and their characters) as translated."""
+        self._sentences.inc(len(sentences))
+        self._characters.inc(sum(len(s) for s in sentences))
 
 
 class MetricsMiddleware:

@@ -285,5 +285,7 @@ class AttentionRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     text: str = Field(description="one text (cut into sentences: one map each)")
+    source: str | None = Field(None, description="source language (default: the server's)")
+    target: str | None = Field(None, description="target language (default: the server's)")
     layer: int | None = Field(None, description="decoder layer, 0-based, -1 the last")
     head: int | None = Field(None, description="head, 0-based (default: mean of heads)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ __all__ = [
     "ModelInfo",
     "choose_engine",
     "held_export",
+    "load_here",
     "load_translator",
     "model_info",
 ]
@@ -210,16 +212,11 @@ def choose_engine(model_dirs: list[str | Path], engine: str | None) -> tuple[str
     return engine or "torch", dirs
 
 
-def load_translator(
-    model_dir: str | Path | list[Path],
-    *,
-    engine: str,
-    device: str,
-    search: dict[str, object],
-    executor: ThreadPoolExecutor,
+def load_here(
+    model_dir: str | Path | list[Path], *, engine: str, device: str, search: Mapping[str, object]
 ) -> tuple[Any, ModelInfo]:
-    """Load ``model_dir`` and warm it up on ``executor``'s thread, the one that will run
-    every engine call (:func:`seq2seq.serve.batcher.engine_thread` says why).
+    """Load ``model_dir`` and warm it up on the calling thread (the engine thread: see
+    :func:`load_translator`).
 
     Args:
         model_dir: a model directory, or an export folder for ``ctranslate2`` / ``onnx``; a
@@ -227,22 +224,37 @@ def load_translator(
         engine: the Translator's engine.
         device: torch device (cpu, cuda).
         search: search-option defaults (None = the model's config), as ``seq2seq translate``.
-        executor: the engine thread.
 
     Returns:
         The translator and its :class:`ModelInfo`.
     """
+    from seq2seq.decode import Translator
 
-    def load():
-        from seq2seq.decode import Translator
+    dirs = model_dir if isinstance(model_dir, list) and len(model_dir) > 1 else None
+    one = model_dir[0] if isinstance(model_dir, list) and not dirs else model_dir
+    translator = Translator.load(dirs or one, device=device, engine=engine, **search)
+    info = model_info(translator, dirs or one, engine)
+    # warm-up: the first call pays for lazy set-up (in the first direction: a multilingual
+    # model needs one named)
+    translator.translate([info.source], source_lang=info.source, target_lang=info.target)
+    return translator, info
 
-        dirs = model_dir if isinstance(model_dir, list) and len(model_dir) > 1 else None
-        one = model_dir[0] if isinstance(model_dir, list) and not dirs else model_dir
-        translator = Translator.load(dirs or one, device=device, engine=engine, **search)
-        info = model_info(translator, dirs or one, engine)
-        # warm-up: the first call pays for lazy set-up (in the first direction: a multilingual
-        # model needs one named)
-        translator.translate([info.source], source_lang=info.source, target_lang=info.target)
-        return translator, info
 
-    return executor.submit(load).result()
+def load_translator(
+    model_dir: str | Path | list[Path],
+    *,
+    engine: str,
+    device: str,
+    search: Mapping[str, object],
+    executor: ThreadPoolExecutor,
+) -> tuple[Any, ModelInfo]:
+    """Load ``model_dir`` and warm it up on ``executor``'s thread, the one that will run
+    every engine call (:func:`seq2seq.serve.batcher.engine_thread` says why); the arguments
+    are :func:`load_here`'s.
+
+    Returns:
+        The translator and its :class:`ModelInfo`.
+    """
+    return executor.submit(
+        load_here, model_dir, engine=engine, device=device, search=search
+    ).result()

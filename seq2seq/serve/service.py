@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 
     from seq2seq.decode import Glossary, SearchOptions
     from seq2seq.serve.config import ServeConfig
-    from seq2seq.serve.metrics import ServerMetrics
+    from seq2seq.serve.metrics import ModelMetrics
     from seq2seq.serve.schemas import TranslateRequest
     from seq2seq.serve.served_model import ModelInfo
 
@@ -91,6 +91,8 @@ class TranslationService:
         config: limits and batching.
         executor: the engine thread the batcher runs every engine call on; None: its own.
         metrics: where to count batches and translated text (None: nothing is counted).
+        gate: the engine gate shared with the other models on ``executor``
+            (:class:`~seq2seq.serve.batcher.Batcher`); None: none.
     """
 
     def __init__(
@@ -99,7 +101,8 @@ class TranslationService:
         info: ModelInfo,
         config: ServeConfig,
         executor: ThreadPoolExecutor | None,
-        metrics: ServerMetrics | None = None,
+        metrics: ModelMetrics | None = None,
+        gate: asyncio.Lock | None = None,
     ) -> None:
         self.translator = translator
         self.info = info
@@ -136,8 +139,9 @@ class TranslationService:
             batching=config.batching,
             stream_for=self._stream_for if self.continuous else None,
             executor=executor,
-            on_batch=metrics.batches.observe if metrics is not None else None,
+            on_batch=metrics.batch if metrics is not None else None,
             lanes=lanes,
+            gate=gate,
         )
 
     # ---- worker side (runs on the batcher's thread) ---------------------------------------
@@ -241,21 +245,6 @@ class TranslationService:
         return out
 
     # ---- request side (event loop) ---------------------------------------------------------
-
-    def check_pair(self, source: str | None, target: str | None) -> tuple[str, str]:
-        """The ``(source, target)`` direction to translate (its source is the language to split
-        with); RequestError for a pair the model lacks.
-
-        A missing source or target is the first direction's; ``auto`` must have been resolved
-        by the caller (:mod:`seq2seq.serve.detect`)."""
-        s = (source or self.info.source).strip().lower()
-        t = (target or self.info.target).strip().lower()
-        if (s, t) not in self.info.directions:
-            pairs = ", ".join(f"{a}->{b}" for a, b in self.info.directions)
-            raise RequestError(
-                400, f"language pair {s}->{t} is not supported (supported pairs: {pairs})"
-            )
-        return s, t
 
     def check_queue(self, n_sentences: int) -> None:
         """Backpressure: RequestError 503 when queueing ``n_sentences`` more would pass
@@ -487,16 +476,6 @@ class TranslationService:
         """Whether the engine gives word alignments (cross-attention)."""
         return not getattr(self.translator.engine, "no_attention", None)
 
-    def check_size(self, texts: list[str], *, field: str) -> None:
-        """RequestError 400 for texts over ``--max-chars`` (``--char-limit``) together."""
-        total = sum(len(t) for t in texts)
-        if total > self.config.max_chars:
-            raise RequestError(
-                400, f"request has {total:,} characters; the limit is {self.config.max_chars:,}"
-            )
-        for i, text in enumerate(texts):
-            check_unicode(text, field if len(texts) == 1 else f"{field}[{i}]")
-
     async def translate_libre(
         self,
         texts: list[str],
@@ -504,7 +483,7 @@ class TranslationService:
         alternatives: int,
         glossary: Glossary | None = None,
     ) -> tuple[list[str], list[list[str]]]:
-        """LibreTranslate's text translation in ``direction`` (from :meth:`check_pair`): per
+        """LibreTranslate's text translation in ``direction`` (a direction of the model): per
         text its translation and up to ``alternatives`` other ones (the n-best list's distinct
         texts)."""
         if alternatives:
