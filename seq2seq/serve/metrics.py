@@ -15,7 +15,7 @@ Metrics (all prefixed ``seq2seq_``):
 - ``model_loaded{model}`` (1 or 0), ``model_loads_total{model}``,
   ``model_unloads_total{model}`` and ``model_load_seconds{model}``: the memory budget's work
   (:mod:`seq2seq.serve.model_pool`);
-- ``repetition_retries_total``: sentences searched again because their translation looped
+- ``repetition_retries_total{model}``: sentences searched again because their translation looped
   (seq2seq.decode.repetition);
 - ``key_requests_total{key}``: requests let through per API key, the key as the first 16 hex
   digits of its sha256 (:func:`seq2seq.serve.logs.key_label`, as the log shows it: a scrape
@@ -97,6 +97,7 @@ class ServerMetrics:
         self.repetition_retries = Counter(
             "seq2seq_repetition_retries",
             "Sentences searched again with no_repeat_ngram because their translation looped",
+            ["model"],
             registry=r,
         )
         self.key_requests = Counter(
@@ -146,6 +147,7 @@ class ModelMetrics:
         self._batches = metrics.batches.labels(name)
         self._sentences = metrics.sentences.labels(name)
         self._characters = metrics.characters.labels(name)
+        self.repetition_retries = metrics.repetition_retries.labels(name)
 
     def batch(self, n_sentences: int) -> None:
         """Count one engine batch of ``n_sentences``."""

@@ -92,7 +92,7 @@ def native_routes(
                     **_server_entry(config, keys_on),
                 }
             else:
-                entry = _loaded_entry(service, config, keys_on)
+                entry = _loaded_entry(service, config, keys_on, named=glossaries is not None)
             entry["serves"] = [list(d) for d in router.served_by(name)]
             entry["memory"] = pool.state(name)
             out.append(entry)
@@ -232,7 +232,9 @@ async def _last_leg(
     return out, opts
 
 
-def _loaded_entry(service: TranslationService, config: ServeConfig, keys_on: bool) -> dict:
+def _loaded_entry(
+    service: TranslationService, config: ServeConfig, keys_on: bool, *, named: bool
+) -> dict:
     """A loaded model as ``/v1/models`` describes it."""
     info, translator = service.info, service.translator
     entry = dataclasses.asdict(info)
@@ -251,6 +253,7 @@ def _loaded_entry(service: TranslationService, config: ServeConfig, keys_on: boo
         "prefix_and_avoid": True,
         "positive_constraints": info.engine != "ctranslate2",
         "glossaries": service.can_constrain,
+        "named_glossaries": named,
     }
     return {**entry, **_server_entry(config, keys_on)}
 
