@@ -21,7 +21,7 @@ from seq2seq.core import UserError
 from seq2seq.decode import TorchEngine, supports
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
-from seq2seq.serve.html import HtmlDocument, RunTranslation
+from seq2seq.documents import HtmlDocument, RunTranslation
 from seq2seq.serve.logs import log
 from seq2seq.serve.paragraphs import Segments, join_text, split_text
 from seq2seq.serve.stream import SearchStream

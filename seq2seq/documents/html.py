@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 
 import lxml.html
 
-__all__ = ["HtmlDocument", "RunTranslation"]
+__all__ = ["HtmlDocument", "RunTranslation", "html_kind"]
 
 _SKIP = frozenset(
     "script style noscript template textarea pre svg math head title iframe object".split()
@@ -56,28 +56,32 @@ _WORD = re.compile(r"\S+")
 
 
 def _tag(el) -> str | None:
-    return el.tag.lower() if isinstance(el.tag, str) else None
+    """An element's tag name, lowercase and without its namespace (None: a comment or PI)."""
+    return el.tag.rsplit("}", 1)[-1].lower() if isinstance(el.tag, str) else None
 
 
-def _untranslated(el) -> bool:
-    return (
-        _tag(el) in _SKIP
+def html_kind(el) -> str:
+    """What an HTML element is to the projection: ``"block"``, ``"inline"``, ``"whole"`` (an
+    inline point kept as it is), ``"space"`` (a point that separates words: ``<br>``),
+    ``"skip"`` (left untranslated with its content) or ``"other"`` (a comment or PI).
+
+    Another markup (ODF, XLIFF, XHTML) passes its own function of this shape to
+    :class:`HtmlDocument`."""
+    tag = _tag(el)
+    if tag is None:
+        return "other"
+    untranslated = (
+        tag in _SKIP
         or el.get("translate", "").lower() == "no"
         or "notranslate" in el.get("class", "").split()
     )
-
-
-def _whole(el) -> bool:
-    return _tag(el) in _WHOLE or (_tag(el) in _INLINE and _untranslated(el))
-
-
-def _inline(el) -> bool:
-    """An element that may sit inside a sentence: inline all the way down."""
-    if _tag(el) is None:
-        return False
-    if _whole(el):
-        return True
-    return _tag(el) in _INLINE and all(_inline(c) for c in el)
+    if tag == "br":
+        return "space"
+    if tag in _WHOLE or (tag in _INLINE and untranslated):
+        return "whole"
+    if tag in _INLINE:
+        return "inline"
+    return "skip" if untranslated else "block"
 
 
 @dataclass(frozen=True)
@@ -90,6 +94,11 @@ class RunTranslation:
     """
 
     sentences: list[tuple[str, str, list[tuple[int, int]] | None]]
+
+    @property
+    def text(self) -> str:
+        """The run's translation: its sentences' translations joined by single spaces."""
+        return " ".join(t.strip() for _, t, _ in self.sentences if t.strip())
 
 
 @dataclass(eq=False)
@@ -112,16 +121,24 @@ class HtmlDocument:
     """An HTML document or fragment, cut into runs of text to translate.
 
     Args:
-        markup: the HTML (a whole document when it starts with a doctype or ``<html>``).
+        markup: the HTML (a whole document when it starts with a doctype or ``<html>``), or an
+            element already parsed (any XML tree; :meth:`rebuild` then changes it in place).
         inline: keep sentences with inline markup whole (needs alignments); False: every text
             node is translated on its own.
+        kind: what each element is (:func:`html_kind`, the default, for HTML).
 
     Raises:
         lxml.etree.ParserError: markup that is no document at all (a lone doctype).
     """
 
-    def __init__(self, markup: str, *, inline: bool = True) -> None:
+    def __init__(self, markup, *, inline: bool = True, kind=html_kind) -> None:
         self.inline = inline
+        self._kind = kind
+        self.runs: list[_Run] = []
+        if not isinstance(markup, str):
+            self.root, self.whole_document, self._doctype = markup, False, ""
+            self._visit(self.root)
+            return
         self.whole_document = bool(_DOCUMENT.match(markup))
         if self.whole_document:
             self.root = lxml.html.document_fromstring(markup)
@@ -131,7 +148,6 @@ class HtmlDocument:
         else:
             self.root = lxml.html.fragment_fromstring(markup, create_parent="div")
             self._doctype = ""
-        self.runs: list[_Run] = []
         self._visit(self.root)
 
     @property
@@ -146,11 +162,21 @@ class HtmlDocument:
 
     # ---- reading ---------------------------------------------------------------------------
 
+    def _whole(self, el) -> bool:
+        return self._kind(el) in ("whole", "space")
+
+    def _inline(self, el) -> bool:
+        """An element that may sit inside a sentence: inline all the way down."""
+        kind = self._kind(el)
+        if kind in ("whole", "space"):
+            return True
+        return kind == "inline" and all(self._inline(c) for c in el)
+
     def _is_inline(self, el) -> bool:
-        return self.inline and _inline(el)
+        return self.inline and self._inline(el)
 
     def _visit(self, parent) -> None:
-        if _untranslated(parent) or (not self.inline and _whole(parent)):
+        if self._kind(parent) == "skip" or (not self.inline and self._whole(parent)):
             return
         run = _Run(parent, parent)
         for child in list(parent):
@@ -175,9 +201,9 @@ class HtmlDocument:
 
         def walk(el, container) -> None:
             run.kids.setdefault(container, []).append(el)
-            if _whole(el):
+            if self._whole(el):
                 run.points.append((el, size))
-                if _tag(el) == "br":
+                if self._kind(el) == "space":
                     emit(" ")  # a line break separates words
                 return
             start = size
@@ -206,12 +232,16 @@ class HtmlDocument:
         Returns:
             The translated HTML.
         """
+        self.rebuild(translations)
+        return self._serialize()
+
+    def rebuild(self, translations: list[RunTranslation | None]) -> None:
+        """Replace each run by its translation in the tree (:attr:`root`), in place."""
         if len(translations) != len(self.runs):
             raise ValueError(f"{len(translations)} translations for {len(self.runs)} runs")
         for run, tr in zip(self.runs, translations):
             if tr is not None:
                 self._rebuild(run, tr)
-        return self._serialize()
 
     def _rebuild(self, run: _Run, tr: RunTranslation) -> None:
         lead = run.raw[: len(run.raw) - len(run.raw.lstrip())]
@@ -251,14 +281,16 @@ class HtmlDocument:
         for el, (a, b) in run.spans.items():
             hits = [j for k, s in enumerate(words) if a <= s < b for j in align.get(k, ())]
             spans[el] = char_span(min(hits), max(hits)) if hits else None
+        spaced_end = set()
         padded = set()  # points with a space after them in the source, and before them here
         for el, offset in run.points:
             spans[el] = (point(offset), point(offset))
-            if (
-                run.raw[offset : offset + 1].isspace()
-                and text[spans[el][0] - 1 : spans[el][0]] == " "
+            if run.raw[offset : offset + 1].isspace() and (
+                text[spans[el][0] - 1 : spans[el][0]] == " " or spans[el][0] == 0 < len(text)
             ):
                 padded.add(el)
+            if run.raw[offset - 1 : offset].isspace() and 0 < spans[el][0] == len(text):
+                spaced_end.add(el)  # "word %s": the point ends the text, after a space
         for el, offset in ((e, run.spans[e][0]) for e in run.spans if spans[e] is None):
             spans[el] = (point(offset), point(offset))
 
@@ -275,8 +307,10 @@ class HtmlDocument:
                 b = min(max(b, a), hi)
                 if at < a:
                     items.append((" " if pad and text[at] != " " else "") + text[at:a])
-                if not _whole(el):
+                if not self._whole(el):
                     _fill(el, place(el, a, b))
+                elif el in spaced_end and a == len(text):
+                    items.append(" ")
                 items.append(el)
                 at, pad = b, el in padded
             if at < hi:
