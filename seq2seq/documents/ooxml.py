@@ -95,4 +95,6 @@ class OoxmlDocument:
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         self.runs.apply(translations)
-        return self.archive.write({n: serialize_xml(t) for n, t in self.trees.items()})
+        return self.archive.write(
+            {n: serialize_xml(t, self.archive.data[n]) for n, t in self.trees.items()}
+        )

@@ -19,6 +19,7 @@ replace, and the ``mimetype`` entry of ODF and EPUB stored first and uncompresse
 from __future__ import annotations
 
 import io
+import re
 import zipfile
 from dataclasses import dataclass
 
@@ -116,10 +117,15 @@ class Archive:
         return buf.getvalue()
 
 
-def parse_xml(data: bytes, *, where: str):
-    """The XML part ``data`` as an lxml tree, refused when it holds a DTD (entities)."""
+def parse_xml(data: bytes, *, where: str, doctype: bool = False):
+    """The XML part ``data`` as an lxml tree, refused when it holds a DTD (entities).
+
+    Args:
+        doctype: allow a document type declaration without entities (XHTML's
+            ``<!DOCTYPE html ...>``); its external DTD is never loaded.
+    """
     try:
-        defusedxml.ElementTree.fromstring(data, forbid_dtd=True)
+        defusedxml.ElementTree.fromstring(data, forbid_dtd=not doctype)
     except defusedxml.DefusedXmlException as e:
         raise UserError(
             f"{where}: XML with a DTD or entities is refused ({type(e).__name__})"
@@ -132,12 +138,12 @@ def parse_xml(data: bytes, *, where: str):
         raise UserError(f"{where}: not well-formed XML ({e})") from None
 
 
-def serialize_xml(tree) -> bytes:
-    """``tree`` as bytes, with the XML declaration it had."""
-    info = tree.docinfo
-    return etree.tostring(
-        tree,
-        xml_declaration=True,
-        encoding=info.encoding or "UTF-8",
-        standalone=info.standalone,
-    )
+def serialize_xml(tree, original: bytes) -> bytes:
+    """``tree`` as bytes, after the XML declaration of ``original`` (the part it was parsed
+    from) byte for byte."""
+    head = re.match(rb"\s*<\?xml[^>]*\?>\s*", original)
+    encoding = tree.docinfo.encoding or "UTF-8"
+    body = etree.tostring(tree, encoding=encoding, xml_declaration=False)
+    if body.startswith(b"<?xml"):  # lxml declares an encoding other than UTF-8 itself
+        return body
+    return (head.group() if head else b"") + body

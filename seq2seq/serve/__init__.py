@@ -13,6 +13,7 @@ _HOMES = {
     "KeyStore": "keys",
     "ServeConfig": "config",
     "serve": "launcher",
+    "split_text": "paragraphs",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

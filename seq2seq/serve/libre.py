@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from seq2seq.documents import FORMATS, Limits
 from seq2seq.serve.bodies import RequestError, read_libre_fields, validate
-from seq2seq.serve.files import FILE_FORMATS, FileStore, read_upload
+from seq2seq.serve.files import FileStore, read_upload
 from seq2seq.serve.schemas import LibreTranslateRequest
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ def add_libre_routes(
         openapi: the OpenAPI request body of ``POST /translate`` (JSON and forms).
     """
     info, config = service.info, service.config
+    limits = Limits()  # what an uploaded archive may unpack to
 
     def auto_source(texts: list[str], target: str | None) -> tuple[str, list[dict]]:
         """The language to translate from for ``source: auto``, and each text's detection."""
@@ -150,28 +152,26 @@ def add_libre_routes(
             "keyRequired": config.require_api_key,
             "suggestions": False,
             "filesTranslation": True,
-            "supportedFilesFormat": sorted(FILE_FORMATS),
+            "supportedFilesFormat": sorted(FORMATS),
             "language": {
                 "source": {"code": info.source, "name": _name(info.source)},
                 "target": {"code": info.target, "name": _name(info.target)},
             },
         }
 
-    @app.post("/translate_file", summary="LibreTranslate: translate a .txt or .html file")
+    @app.post("/translate_file", summary="LibreTranslate: translate a file (docx, srt, po, ...)")
     async def translate_file(request: Request) -> JSONResponse:
         upload = await read_upload(request, config.max_file_bytes)
         await admit(request, upload.fields)
         source = upload.fields.get("source") or info.source
         target = upload.fields.get("target") or info.target
         if source.strip().lower() == "auto":
-            source, _ = auto_source([upload.text[:2000]], target)
+            sample = service.file_sample(upload.name, upload.data, limits=limits)
+            source, _ = auto_source([sample], target)
         direction = service.check_pair(source, target)
-        if upload.name.lower().endswith((".html", ".htm")):
-            (out,) = await service.translate_html(
-                [upload.text], direction=direction, field="file", totals=False
-            )
-        else:
-            out = await service.translate_file_text(upload.text, direction)
+        out = await service.translate_file(
+            upload.name, upload.data, direction=direction, limits=limits
+        )
         stem, _, suffix = upload.name.rpartition(".")
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "file"
         name = f"{safe}.{re.sub(r'[^a-z0-9-]', '_', target.strip().lower())}.{suffix.lower()}"
@@ -186,6 +186,6 @@ def add_libre_routes(
             raise RequestError(404, "no such file (translated files expire)")
         return Response(
             stored.data,
-            media_type=f"{stored.media_type}; charset=utf-8",
+            media_type=stored.media_type,
             headers={"Content-Disposition": f'attachment; filename="{stored.name}"'},
         )

@@ -19,9 +19,9 @@ from lxml.etree import LxmlError
 
 from seq2seq.core import UserError
 from seq2seq.decode import TorchEngine, supports
+from seq2seq.documents import HtmlDocument, Limits, RunTranslation, open_document
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
-from seq2seq.documents import HtmlDocument, RunTranslation
 from seq2seq.serve.logs import log
 from seq2seq.serve.paragraphs import Segments, join_text, split_text
 from seq2seq.serve.stream import SearchStream
@@ -423,7 +423,29 @@ class TranslationService:
         runs = [r for d in docs for r in d.texts]
         if not runs:
             return [d.apply([]) for d in docs]
-        align = self.can_align and any(d.needs_alignments for d in docs)
+        align = any(d.needs_alignments for d in docs)
+        done = await self.translate_runs(
+            runs, direction=direction, alignments=align, field=field, totals=totals
+        )
+        out, start = [], 0
+        for d in docs:
+            out.append(d.apply(done[start : start + len(d.runs)]))
+            start += len(d.runs)
+        return out
+
+    async def translate_runs(
+        self,
+        runs: list[str],
+        *,
+        direction: tuple[str, str],
+        alignments: bool,
+        field: str,
+        totals: bool = True,
+    ) -> list[RunTranslation]:
+        """Each run (a paragraph, a cell, a cue: :mod:`seq2seq.documents`) cut into sentences
+        and translated in ``direction``, with word alignments when ``alignments`` and the
+        engine gives them."""
+        align = self.can_align and alignments
         split = self.split(runs, language=direction[0], split=True, field=field, totals=totals)
         results = await self.translate(
             split, self.options(nbest=1), alignments=align, direction=direction
@@ -439,17 +461,38 @@ class TranslationService:
                     ]
                 )
             )
-        out, start = [], 0
-        for d in docs:
-            out.append(d.apply(done[start : start + len(d.runs)]))
-            start += len(d.runs)
-        return out
+        return done
 
-    async def translate_file_text(self, text: str, direction: tuple[str, str]) -> str:
-        """A text file's translation in ``direction``, its layout kept (lines, indentation)."""
-        split = self.split([text], language=direction[0], split=True, field="file", totals=False)
-        results = await self.translate(split, self.options(nbest=1), direction=direction)
-        return self.joined(split[0], results)
+    def file_sample(self, name: str, data: bytes, *, limits: Limits) -> str:
+        """The first 2,000 characters of the file's text (for ``source: auto``)."""
+        try:
+            doc = open_document(name, data, inline=False, limits=limits)
+        except UserError as e:
+            raise RequestError(400, str(e)) from None
+        return " ".join(doc.texts)[:2000]
+
+    async def translate_file(
+        self, name: str, data: bytes, *, direction: tuple[str, str], limits: Limits
+    ) -> bytes:
+        """The file ``data`` (its format from the suffix of ``name``) translated in
+        ``direction``; a RequestError 400 names what is wrong with a bad file."""
+        try:
+            doc = open_document(name, data, inline=self.can_align, limits=limits)
+        except UserError as e:
+            raise RequestError(400, str(e)) from None
+        texts = doc.texts
+        if not texts:
+            if not data.strip():
+                raise RequestError(400, f"empty file: {name} has nothing to translate")
+            return doc.write([])  # nothing to translate (images, numbers): the file as it was
+        done = await self.translate_runs(
+            texts,
+            direction=direction,
+            alignments=doc.needs_alignments,
+            field="file",
+            totals=False,
+        )
+        return doc.write(done)
 
     async def attention(
         self, sentences: list[str], targets: list[str], layer: int | None, head: int | None

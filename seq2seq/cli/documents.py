@@ -1,0 +1,92 @@
+"""``seq2seq translate -i report.docx -o report.de.docx``: a document through the formats of
+:mod:`seq2seq.documents`, its runs cut into sentences by the server's splitter
+(:func:`seq2seq.serve.split_text`), so that the CLI and ``POST /translate_file`` give the same
+file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from seq2seq.core import UserError
+
+__all__ = ["is_document", "translate_document_file"]
+
+_TEXT = ".txt"  # plain text keeps the line-by-line stream (one output line per input line)
+
+
+def is_document(path: str) -> bool:
+    """Whether ``-i path`` is a document (a suffix of a format other than plain text)."""
+    from seq2seq.documents import FORMATS
+
+    suffix = Path(path).suffix.lower()
+    return path != "-" and suffix in FORMATS and suffix != _TEXT
+
+
+def _refuse_line_options(args) -> None:
+    line_only = {
+        "--nbest": (getattr(args, "nbest", None) or 1) > 1,
+        "--scores": args.scores,
+        "--alignments": args.alignments,
+        "--output-format jsonl": args.output_format != "text",
+        "--constraints": bool(args.constraints),
+        "--prefix": args.prefix,
+        "--avoid": args.avoid,
+        "--resume": args.resume,
+    }
+    used = [flag for flag, on in line_only.items() if on]
+    if used:
+        raise UserError(f"{', '.join(used)}: only for text translated line by line, not a document")
+
+
+def translate_document_file(args, search: dict) -> int:
+    """Translate the document ``args.input`` into ``args.output`` (written atomically)."""
+    from seq2seq.cli.arguments import set_threads
+    from seq2seq.core import atomic_open, check_device, check_paths
+    from seq2seq.decode import Terminology, Translator
+    from seq2seq.documents import RunTranslation, format_for, open_document
+    from seq2seq.serve import split_text
+
+    _refuse_line_options(args)
+    if not args.output:
+        raise UserError(f"-i {args.input}: a document needs -o FILE (of the same type)")
+    if format_for(args.input)[0] != format_for(args.output)[0]:
+        raise UserError(
+            f"-o {args.output}: a {Path(args.input).suffix} document is written as "
+            f"{Path(args.input).suffix}"
+        )
+    set_threads(args.threads)
+    check_device(args.device)
+    check_paths(
+        input_files=[("-i", args.input), ("--terminology", args.terminology)],
+        input_dirs=[("model directory", args.model_dir)],
+        output_files=[("-o", args.output)],
+    )
+    terminology = Terminology.load(args.terminology) if args.terminology else None
+    data = Path(args.input).read_bytes()
+    translator = Translator.load(args.model_dir, device=args.device, engine=args.engine, **search)
+    translator.set_direction(args.source_lang, args.target_lang)
+    can_align = not getattr(translator.engine, "no_attention", None)
+    doc = open_document(args.input, data, inline=can_align)  # bad files fail before decoding
+    language = translator.source_lang or "en"
+
+    def translate_runs(texts: list[str], alignments: bool) -> list[RunTranslation]:
+        split = [split_text(t, language=language).sentences for t in texts]
+        flat = [s for sentences in split for s in sentences]
+        align = alignments and can_align
+        hyps = translator.translate_nbest(flat, alignments=align, terminology=terminology, nbest=1)
+        out, at = [], 0
+        for sentences in split:
+            best = [h[0] for h in hyps[at : at + len(sentences)]]
+            at += len(sentences)
+            out.append(
+                RunTranslation(
+                    [(s, h.text, h.alignment if align else None) for s, h in zip(sentences, best)]
+                )
+            )
+        return out
+
+    texts = doc.texts
+    result = doc.write(translate_runs(texts, doc.needs_alignments) if texts else [])
+    with atomic_open(args.output, "wb") as f:
+        f.write(result)
+    return 0
