@@ -12,7 +12,7 @@ __all__ = ["read"]
 
 _W = "{http://schemas.openxmlformats.org/wordprocessingml/2006/main}"
 TAGS = Tags(
-    paragraph=f"{_W}p",
+    paragraphs=(f"{_W}p",),
     run=f"{_W}r",
     text=f"{_W}t",
     groups=frozenset({f"{_W}hyperlink", f"{_W}smartTag", f"{_W}ins"}),

@@ -27,18 +27,21 @@ class Tags:
     """The tags (Clark notation, ``{namespace}name``) of one format's paragraphs.
 
     Attributes:
-        paragraph: a paragraph (``w:p``).
+        paragraphs: the tags of a paragraph (``w:p``).
         run: a run (``w:r``); its text sits in ``text`` children.
         text: a run's text element (``w:t``).
         groups: elements inside a paragraph that hold runs and move with them (hyperlinks).
         bare: a paragraph-level text element that is its own run (Excel's ``si/t``), or "".
+        markers: a part is parsed only when it holds one of these byte strings (none: always;
+            Excel's sheets hold text only as inline strings, which most have none of).
     """
 
-    paragraph: str
+    paragraphs: tuple[str, ...]
     run: str
     text: str
     groups: frozenset[str] = frozenset()
     bare: str = ""
+    markers: tuple[bytes, ...] = ()
 
 
 def _items(container, tags: Tags) -> list:
@@ -78,11 +81,16 @@ class OoxmlDocument:
         self.trees = {}
         paragraphs = []
         for info in self.archive.infos:
-            if pattern.fullmatch(info.filename):
-                tree = parse_xml(self.archive.data[info.filename], where=f"{name}:{info.filename}")
+            blob = self.archive.data[info.filename]
+            if not pattern.fullmatch(info.filename):
+                continue
+            if tags.markers and not any(m in blob for m in tags.markers):
+                continue
+            tree = parse_xml(blob, where=f"{name}:{info.filename}")
+            found = [_items(p, tags) for p in tree.iter(*tags.paragraphs)]
+            if any(found):  # a part without text is not rewritten
                 self.trees[info.filename] = tree
-                for p in tree.iter(tags.paragraph):
-                    paragraphs.append(_items(p, tags))
+                paragraphs.extend(found)
         self.runs = RunParagraphs(paragraphs, inline=inline)
 
     @property

@@ -10,7 +10,7 @@ from seq2seq.documents.ooxml import OoxmlDocument, Tags
 __all__ = ["read"]
 
 _A = "{http://schemas.openxmlformats.org/drawingml/2006/main}"
-TAGS = Tags(paragraph=f"{_A}p", run=f"{_A}r", text=f"{_A}t")
+TAGS = Tags(paragraphs=(f"{_A}p",), run=f"{_A}r", text=f"{_A}t")
 
 
 def read(data: bytes, *, name: str, inline: bool, limits: Limits) -> OoxmlDocument:
