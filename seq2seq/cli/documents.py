@@ -63,10 +63,12 @@ def translate_document_file(args, search: dict) -> int:
     )
     terminology = Terminology.load(args.terminology) if args.terminology else None
     data = Path(args.input).read_bytes()
+    doc = open_document(args.input, data)  # a bad file fails before the model loads
     translator = Translator.load(args.model_dir, device=args.device, engine=args.engine, **search)
     translator.set_direction(args.source_lang, args.target_lang)
     can_align = not getattr(translator.engine, "no_attention", None)
-    doc = open_document(args.input, data, inline=can_align)  # bad files fail before decoding
+    if not can_align:  # every differently formatted piece on its own
+        doc = open_document(args.input, data, inline=False)
     language = translator.source_lang or "en"
 
     def translate_runs(texts: list[str], alignments: bool) -> list[RunTranslation]:

@@ -31,12 +31,10 @@ class Limits:
     Attributes:
         max_unpacked: the most bytes all entries of an archive may hold, uncompressed.
         max_entries: the most entries an archive may have.
-        max_ratio: the most an entry may inflate (uncompressed / compressed size).
     """
 
     max_unpacked: int = 256 << 20
     max_entries: int = 10_000
-    max_ratio: int = 200
 
 
 class Document(Protocol):

@@ -11,6 +11,8 @@ import importlib
 from collections.abc import Callable
 from pathlib import PurePath
 
+from lxml.etree import LxmlError
+
 from seq2seq.core import UserError
 from seq2seq.documents.base import Document, Limits
 from seq2seq.documents.html import RunTranslation
@@ -73,7 +75,16 @@ def open_document(
         return reader.read(data, name=name, inline=inline, limits=limits or Limits())
     except UserError:
         raise
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError, OSError) as e:
+    except (
+        ValueError,
+        KeyError,
+        IndexError,
+        TypeError,
+        AttributeError,
+        OSError,
+        RecursionError,
+        LxmlError,
+    ) as e:
         # a library's complaint about a malformed file (never a traceback)
         raise UserError(f"{name}: not a valid {PurePath(name).suffix} file ({e})") from None
 
