@@ -413,7 +413,7 @@ class TranslationService:
         self, texts: list[str], *, direction: tuple[str, str], field: str, totals: bool = True
     ) -> list[str]:
         """Each HTML text translated in ``direction`` with its markup kept
-        (:mod:`seq2seq.serve.html`)."""
+        (:mod:`seq2seq.documents.html`)."""
         if not any(t.strip() for t in texts):
             raise RequestError(400, f"empty text: {field} has nothing to translate")
         try:
