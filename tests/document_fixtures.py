@@ -50,12 +50,14 @@ def fake(word: str) -> str:
     return word.upper() + "~"
 
 
-def fake_translate(texts: list[str], alignments: bool) -> list[RunTranslation]:
-    """Each word through :func:`fake`, aligned one to one (the same order)."""
+def fake_translate(texts: list[str], aligned: list[bool] | bool) -> list[RunTranslation]:
+    """Each word through :func:`fake`, aligned one to one (the same order) where ``aligned``."""
+    if isinstance(aligned, bool):
+        aligned = [aligned] * len(texts)
     out = []
-    for t in texts:
+    for t, align in zip(texts, aligned):
         words = t.split()
-        pairs = [(i, i) for i in range(len(words))] if alignments else None
+        pairs = [(i, i) for i in range(len(words))] if align else None
         out.append(RunTranslation([(t, " ".join(fake(w) for w in words), pairs)]))
     return out
 

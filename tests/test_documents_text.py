@@ -156,7 +156,9 @@ def test_xliff_targets_inline_codes_and_translate_no():
 
 def test_every_format_knows_what_it_translates():
     doc = open_document("park.po", make_po())
-    assert doc.needs_alignments  # placeholders and tags need the alignments
+    assert all(doc.aligned)  # placeholders and tags need the alignments
+    plain = Strings(["A man walks.", "A {name} walks."], inline=True)
+    assert plain.aligned == [False, True]
     assert "{name}" not in " ".join(doc.texts)
 
 

@@ -71,10 +71,9 @@ def translate_document_file(args, search: dict) -> int:
         doc = open_document(args.input, data, inline=False)
     language = translator.source_lang or "en"
 
-    def translate_runs(texts: list[str], alignments: bool) -> list[RunTranslation]:
+    def translate_runs(texts: list[str], align: bool) -> list[RunTranslation]:
         split = [split_text(t, language=language).sentences for t in texts]
         flat = [s for sentences in split for s in sentences]
-        align = alignments and can_align
         hyps = translator.translate_nbest(flat, alignments=align, terminology=terminology, nbest=1)
         out, at = [], 0
         for sentences in split:
@@ -87,8 +86,14 @@ def translate_document_file(args, search: dict) -> int:
             )
         return out
 
-    texts = doc.texts
-    result = doc.write(translate_runs(texts, doc.needs_alignments) if texts else [])
+    texts, aligned = doc.texts, doc.aligned
+    done: list = [None] * len(texts)
+    for align in (False, True):  # runs with formatting need alignments (slower): apart
+        idx = [i for i, a in enumerate(aligned) if (a and can_align) == align]
+        if idx:
+            for i, t in zip(idx, translate_runs([texts[i] for i in idx], align)):
+                done[i] = t
+    result = doc.write(done)
     with atomic_open(args.output, "wb") as f:
         f.write(result)
     return 0

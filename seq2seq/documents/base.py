@@ -7,8 +7,8 @@ paragraph, a cell, a cue, an entry) and writes the file back from their translat
 nothing of models, sentences or glossaries: whoever translates (the server's service, the CLI)
 cuts each run into sentences, translates them and hands back one
 :class:`~seq2seq.documents.html.RunTranslation` per run, with word alignments when
-:attr:`Document.needs_alignments` (formatting inside a run goes back around the words it
-covered).
+:attr:`Document.aligned` says so for that run (formatting inside it goes back around the
+words it covered).
 
 Two phases rather than a callback, so that the server can await its batcher between them;
 :func:`~seq2seq.documents.registry.translate_document` joins them for a synchronous caller.
@@ -46,8 +46,9 @@ class Document(Protocol):
         ...
 
     @property
-    def needs_alignments(self) -> bool:
-        """Whether some run holds formatting that needs word alignments to be put back."""
+    def aligned(self) -> list[bool]:
+        """Per run, whether it holds formatting that needs word alignments to be put back
+        (only those runs need the slower decoding that returns attention)."""
         ...
 
     def write(self, translations: list[RunTranslation]) -> bytes:

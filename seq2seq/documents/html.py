@@ -156,6 +156,11 @@ class HtmlDocument:
         return [r.text for r in self.runs]
 
     @property
+    def aligned(self) -> list[bool]:
+        """Per run, whether it holds inline markup (its translation needs alignments)."""
+        return [bool(r.children) for r in self.runs]
+
+    @property
     def needs_alignments(self) -> bool:
         """Whether some run holds inline markup (and so its translation needs alignments)."""
         return any(r.children for r in self.runs)

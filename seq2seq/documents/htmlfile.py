@@ -24,8 +24,8 @@ class HtmlFile:
         return self.doc.texts
 
     @property
-    def needs_alignments(self) -> bool:
-        return self.doc.needs_alignments
+    def aligned(self) -> list[bool]:
+        return self.doc.aligned
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         return self.doc.apply(translations).encode("utf-8")

@@ -167,8 +167,8 @@ class MarkdownDocument:
         return [t for b in self.blocks for t in b.doc.texts]
 
     @property
-    def needs_alignments(self) -> bool:
-        return any(b.doc.needs_alignments for b in self.blocks)
+    def aligned(self) -> list[bool]:
+        return [a for b in self.blocks for a in b.doc.aligned]
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         edits: dict[int, list[tuple[int, int, str]]] = {}

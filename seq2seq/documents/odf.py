@@ -75,8 +75,8 @@ class OdfDocument:
         return self.runs.texts
 
     @property
-    def needs_alignments(self) -> bool:
-        return self.runs.needs_alignments
+    def aligned(self) -> list[bool]:
+        return self.runs.aligned
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         self.runs.apply(translations)

@@ -39,8 +39,8 @@ class PoDocument:
         return self.strings.texts
 
     @property
-    def needs_alignments(self) -> bool:
-        return self.strings.needs_alignments
+    def aligned(self) -> list[bool]:
+        return self.strings.aligned
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         done = iter(self.strings.apply(translations))

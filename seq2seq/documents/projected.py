@@ -26,8 +26,8 @@ class Projections:
         return [t for d in self.docs for t in d.texts]
 
     @property
-    def needs_alignments(self) -> bool:
-        return any(d.needs_alignments for d in self.docs)
+    def aligned(self) -> list[bool]:
+        return [a for d in self.docs for a in d.aligned]
 
     def apply(self, translations: list[RunTranslation]) -> None:
         at = 0

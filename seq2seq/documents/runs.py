@@ -13,6 +13,7 @@ words aligned to its source words, and the words come back into the runs they la
 - runs and groups take the order of their spans in the translation (a reordering moves the
   formatting with the words); everything else in the paragraph (properties, bookmarks,
   drawings, fields) keeps its place;
+- a paragraph of one run is translated as plain text (it needs no alignments);
 - a run's text goes into its first text element; any other text element of that run is
   emptied (tabs and breaks stay where they were).
 """
@@ -77,8 +78,11 @@ class RunParagraphs:
                 continue
             p = lxml.html.Element("p")
             root.append(p)
-            for item in items:
-                p.append(self._mirror(item))
+            if len(items) == 1 and isinstance(items[0], Run):
+                p.text = items[0].text  # one run: its text needs no alignment to go back
+            else:
+                for item in items:
+                    p.append(self._mirror(item))
             self.paragraphs.append((p, items))
         self.html = HtmlDocument(root, inline=inline)
 
@@ -99,14 +103,17 @@ class RunParagraphs:
         return self.html.texts
 
     @property
-    def needs_alignments(self) -> bool:
-        return self.html.needs_alignments
+    def aligned(self) -> list[bool]:
+        return self.html.aligned
 
     def apply(self, translations: list[RunTranslation]) -> None:
         """Put the translations into the runs (the XML is changed in place)."""
         self.html.rebuild(translations)
         for p, items in self.paragraphs:
-            self._settle(p, items)
+            if len(p):
+                self._settle(p, items)
+            else:
+                _set_text(items[0], p.text or "")
 
     def _settle(self, container, items: list) -> None:
         """Give each run of ``container`` its words and the XML its projected order."""

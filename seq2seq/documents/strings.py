@@ -109,8 +109,14 @@ class Strings:
         return out
 
     @property
-    def needs_alignments(self) -> bool:
-        return any(isinstance(d, tuple) and d[0].needs_alignments for d in self.docs)
+    def aligned(self) -> list[bool]:
+        out: list[bool] = []
+        for d in self.docs:
+            if isinstance(d, str):
+                out.append(False)
+            elif d is not None:
+                out.extend(d[0].aligned)
+        return out
 
     def apply(self, translations: list[RunTranslation]) -> list[str]:
         """Per string, its translation (a line with nothing to translate: itself; the line

@@ -81,8 +81,8 @@ class Subtitles:
         return self.strings.texts
 
     @property
-    def needs_alignments(self) -> bool:
-        return self.strings.needs_alignments
+    def aligned(self) -> list[bool]:
+        return self.strings.aligned
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         lines = list(self.lines)

@@ -9,6 +9,7 @@ batch. (Options an engine cannot honour are found by the engine: a 400 for that 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -423,9 +424,9 @@ class TranslationService:
         runs = [r for d in docs for r in d.texts]
         if not runs:
             return [d.apply([]) for d in docs]
-        align = any(d.needs_alignments for d in docs)
+        aligned = [a for d in docs for a in d.aligned]
         done = await self.translate_runs(
-            runs, direction=direction, alignments=align, field=field, totals=totals
+            runs, direction=direction, aligned=aligned, field=field, totals=totals
         )
         out, start = [], 0
         for d in docs:
@@ -438,29 +439,42 @@ class TranslationService:
         runs: list[str],
         *,
         direction: tuple[str, str],
-        alignments: bool,
+        aligned: list[bool],
         field: str,
         totals: bool = True,
     ) -> list[RunTranslation]:
         """Each run (a paragraph, a cell, a cue: :mod:`seq2seq.documents`) cut into sentences
-        and translated in ``direction``, with word alignments when ``alignments`` and the
-        engine gives them."""
-        align = self.can_align and alignments
-        split = self.split(runs, language=direction[0], split=True, field=field, totals=totals)
-        results = await self.translate(
-            split, self.options(nbest=1), alignments=align, direction=direction
-        )
-        done = []
-        for t in split:
-            hyps = [results[t.start + j][0] for j in range(len(t.segments.sentences))]
-            done.append(
-                RunTranslation(
+        and translated in ``direction``; the runs marked in ``aligned`` with word alignments
+        (when the engine gives them), in batches of their own: the others skip the slower
+        decoding that returns attention."""
+        for t in runs:  # the request's limits, over all its runs
+            check_unicode(t, field)
+        groups: dict[bool, list[int]] = {}
+        for i, a in enumerate(aligned):
+            groups.setdefault(bool(a) and self.can_align, []).append(i)
+        done: list = [None] * len(runs)
+
+        async def group(align: bool, idx: list[int]) -> None:
+            split = self.split(
+                [runs[i] for i in idx],
+                language=direction[0],
+                split=True,
+                field=field,
+                totals=totals,
+            )
+            results = await self.translate(
+                split, self.options(nbest=1), alignments=align, direction=direction
+            )
+            for i, t in zip(idx, split):
+                hyps = [results[t.start + j][0] for j in range(len(t.segments.sentences))]
+                done[i] = RunTranslation(
                     [
                         (s, h.text, h.alignment if align else None)
                         for s, h in zip(t.segments.sentences, hyps)
                     ]
                 )
-            )
+
+        await asyncio.gather(*(group(a, idx) for a, idx in groups.items()))
         return done
 
     def file_sample(self, name: str, data: bytes, *, limits: Limits) -> str:
@@ -488,7 +502,7 @@ class TranslationService:
         done = await self.translate_runs(
             texts,
             direction=direction,
-            alignments=doc.needs_alignments,
+            aligned=doc.aligned,
             field="file",
             totals=False,
         )
