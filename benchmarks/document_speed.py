@@ -12,6 +12,8 @@ per second, with its peak RSS stated. Each row runs in its own process (its own 
 - ``docx (server)``: the app of ``seq2seq serve`` with the export loaded, the upload through
   httpx's in-process transport (no network), timed from the upload to the downloaded file;
   a small file is translated first (warm-up);
+- ``docx, no runs (server)``: the same book without its bold and italic runs (no paragraph
+  needs word alignments): the cost of the format alone;
 - ``docx (CLI)``: ``seq2seq translate EXPORT -i book.docx -o OUT``, start-up taken off as above.
 
 Without ``MODEL_DIR`` the tests' tiny model (tests/factories.py, the ``shift`` task, 150
@@ -29,6 +31,7 @@ import io
 import json
 import random
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -54,9 +57,12 @@ def sentences(n: int, seed: int = 0) -> list[str]:
     return out
 
 
-def make_book(lines: list[str], per_paragraph: int = 5, per_page: int = 5) -> bytes:
+def make_book(
+    lines: list[str], per_paragraph: int = 5, per_page: int = 5, formatting: bool = True
+) -> bytes:
     """A .docx of paragraphs of ``per_paragraph`` sentences, a page break every ``per_page``
-    paragraphs; every third paragraph has a bold and an italic run."""
+    paragraphs (none after the last); with ``formatting`` every third paragraph has a bold and
+    an italic run."""
     import docx
     from docx.enum.text import WD_BREAK
 
@@ -64,7 +70,7 @@ def make_book(lines: list[str], per_paragraph: int = 5, per_page: int = 5) -> by
     for k in range(0, len(lines), per_paragraph):
         chunk = lines[k : k + per_paragraph]
         p = d.add_paragraph()
-        if (k // per_paragraph) % 3 == 0 and len(chunk) >= 2:
+        if formatting and (k // per_paragraph) % 3 == 0 and len(chunk) >= 2:
             first = chunk[0].split()
             p.add_run(" ".join(first[:2]) + " ")
             p.add_run(" ".join(first[2:4])).bold = True
@@ -73,7 +79,8 @@ def make_book(lines: list[str], per_paragraph: int = 5, per_page: int = 5) -> by
             p.add_run(" " + " ".join(chunk[2:]))
         else:
             p.add_run(" ".join(chunk))
-        if (k // per_paragraph) % per_page == per_page - 1:
+        last = k + per_paragraph >= len(lines)
+        if (k // per_paragraph) % per_page == per_page - 1 and not last:
             p.add_run().add_break(WD_BREAK.PAGE)
     buf = io.BytesIO()
     d.save(buf)
@@ -106,7 +113,7 @@ def part_cli(export: Path, work: Path, kind: str) -> dict:
     return {"seconds": total - start_up, "start_up": start_up, "rss": peak_rss_mib()}
 
 
-def part_server(export: Path, work: Path) -> dict:
+def part_server(export: Path, work: Path, book_name: str = "book.docx") -> dict:
     import asyncio
 
     import httpx
@@ -119,7 +126,7 @@ def part_server(export: Path, work: Path) -> dict:
     translator = Translator.load([export], engine="ctranslate2")
     info = model_info(translator, export, "ctranslate2")
     app = create_app(translator, info=info, config=ServeConfig(max_file_bytes=50_000_000))
-    book = (work / "book.docx").read_bytes()
+    book = (work / book_name).read_bytes()
     small = (work / "small.docx").read_bytes()
 
     async def upload(client, name, data) -> bytes:
@@ -164,7 +171,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("model", nargs="?", metavar="MODEL_DIR", help="default: the tests' tiny model")
     p.add_argument("--sentences", type=int, default=2500, help="sentences in the book")
-    p.add_argument("--part", choices=["plain", "docx-cli", "server"], help=argparse.SUPPRESS)
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every row (medians)")
+    p.add_argument(
+        "--part", choices=["plain", "docx-cli", "server", "server-plain"], help=argparse.SUPPRESS
+    )
     p.add_argument("--work", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.part:
@@ -172,12 +182,16 @@ def main() -> None:
         export = work / "ct2"
         if args.part == "server":
             result = part_server(export, work)
+        elif args.part == "server-plain":
+            result = part_server(export, work, "book_plain.docx")
         else:
             result = part_cli(export, work, "plain" if args.part == "plain" else "docx")
         print(json.dumps(result))
         return
     if args.sentences < 100:
         raise needs.UserError("--sentences must be at least 100")
+    if args.rounds < 1:
+        raise needs.UserError("--rounds must be at least 1")
     with tempfile.TemporaryDirectory(prefix="document-speed-") as tmp:
         work = Path(tmp)
         build_export(work, args.model)
@@ -185,17 +199,21 @@ def main() -> None:
         (work / "book.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
         (work / "small.txt").write_text(lines[0] + "\n", encoding="utf-8")
         (work / "book.docx").write_bytes(make_book(lines))
+        (work / "book_plain.docx").write_bytes(make_book(lines, formatting=False))
         (work / "small.docx").write_bytes(make_book(lines[:5]))
-        results = {}
-        for part in ("plain", "server", "docx-cli"):
-            proc = subprocess.run(
-                [sys.executable, __file__, "--part", part, "--work", str(work)],
-                capture_output=True, text=True,
-            )  # fmt: skip
-            if proc.returncode:
-                sys.stderr.write(proc.stderr[-3000:])
-                raise SystemExit(proc.returncode)
-            results[part] = json.loads(proc.stdout.strip().splitlines()[-1])
+        rounds: list[dict] = []
+        for _ in range(args.rounds):  # the rows interleaved, so that a busy spell hits them all
+            results = {}
+            for part in ("plain", "server", "server-plain", "docx-cli"):
+                proc = subprocess.run(
+                    [sys.executable, __file__, "--part", part, "--work", str(work)],
+                    capture_output=True, text=True,
+                )  # fmt: skip
+                if proc.returncode:
+                    sys.stderr.write(proc.stderr[-3000:])
+                    raise SystemExit(proc.returncode)
+                results[part] = json.loads(proc.stdout.strip().splitlines()[-1])
+            rounds.append(results)
         import docx
 
         pages = 1 + sum(
@@ -203,14 +221,19 @@ def main() -> None:
             if 'w:br w:type="page"' in r._r.xml or "w:type=\"page\"" in r._r.xml
         )  # fmt: skip
     n = args.sentences
-    plain = n / results["plain"]["seconds"]
-    print(f"{n:,} sentences; a .docx of {pages} pages; CTranslate2 int8 export")
-    print(f"{'path':<22}{'seconds':>9}{'sentences/s':>13}{'vs plain':>10}{'peak RSS MiB':>14}")
-    for label, key in (("plain text (CLI)", "plain"), ("docx (server)", "server"),
-                       ("docx (CLI)", "docx-cli")):  # fmt: skip
-        r = results[key]
-        rate = n / r["seconds"]
-        print(f"{label:<22}{r['seconds']:>9.2f}{rate:>13.0f}{rate / plain:>9.0%}{r['rss']:>14.0f}")
+    print(f"{n:,} sentences; a .docx of {pages} pages; CTranslate2 int8 export; "
+          f"medians of {args.rounds} round(s), the ratio within each round")  # fmt: skip
+    print(f"{'path':<24}{'seconds':>9}{'sentences/s':>13}{'vs plain':>10}  {'rounds':<22}"
+          f"{'peak RSS MiB':>13}")  # fmt: skip
+    rows = (("plain text (CLI)", "plain"), ("docx (server)", "server"),
+            ("docx, no runs (server)", "server-plain"), ("docx (CLI)", "docx-cli"))  # fmt: skip
+    for label, key in rows:
+        seconds = statistics.median(r[key]["seconds"] for r in rounds)
+        ratios = [r["plain"]["seconds"] / r[key]["seconds"] for r in rounds]
+        each = ", ".join(f"{x:.0%}" for x in ratios)
+        rss = max(r[key]["rss"] for r in rounds)
+        print(f"{label:<24}{seconds:>9.2f}{n / seconds:>13.0f}{statistics.median(ratios):>9.0%}"
+              f"  {each:<22}{rss:>13.0f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ BENCHMARKS = {
     "engine_thread": (True, []),
     "serve_load": (True, []),
     "serve_overhead": (False, []),
+    "document_speed": (False, []),
 }
 
 

@@ -447,8 +447,6 @@ class TranslationService:
         and translated in ``direction``; the runs marked in ``aligned`` with word alignments
         (when the engine gives them), in batches of their own: the others skip the slower
         decoding that returns attention."""
-        for t in runs:  # the request's limits, over all its runs
-            check_unicode(t, field)
         groups: dict[bool, list[int]] = {}
         for i, a in enumerate(aligned):
             groups.setdefault(bool(a) and self.can_align, []).append(i)
