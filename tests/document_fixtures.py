@@ -50,12 +50,12 @@ def fake(word: str) -> str:
     return word.upper() + "~"
 
 
-def fake_translate(texts: list[str], aligned: list[bool] | bool) -> list[RunTranslation]:
-    """Each word through :func:`fake`, aligned one to one (the same order) where ``aligned``."""
-    if isinstance(aligned, bool):
-        aligned = [aligned] * len(texts)
+def fake_translate(texts: list[str], boundaries: list[bool] | bool) -> list[RunTranslation]:
+    """Each word through :func:`fake`, aligned one to one (the same order) where ``boundaries``."""
+    if isinstance(boundaries, bool):
+        boundaries = [boundaries] * len(texts)
     out = []
-    for t, align in zip(texts, aligned):
+    for t, align in zip(texts, boundaries):
         words = t.split()
         pairs = [(i, i) for i in range(len(words))] if align else None
         out.append(RunTranslation([(t, " ".join(fake(w) for w in words), pairs)]))

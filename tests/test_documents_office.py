@@ -73,7 +73,7 @@ def test_docx_runs_links_tables_image_and_header(inline):
 
 def test_docx_text_is_every_paragraph_with_letters():
     doc = open_document("report.docx", make_docx())
-    assert doc.aligned.count(True) == 1  # the paragraph with bold, italic and a link
+    assert sum(bool(b) for b in doc.boundaries) == 1  # the paragraph with bold, italic, a link
     assert (
         "A man walks with a black dog in the green park near the big house with a child."
         in doc.texts

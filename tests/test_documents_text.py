@@ -156,10 +156,27 @@ def test_xliff_targets_inline_codes_and_translate_no():
 
 def test_every_format_knows_what_it_translates():
     doc = open_document("park.po", make_po())
-    assert all(doc.aligned)  # placeholders and tags need the alignments
+    assert all(doc.boundaries)  # placeholders and tags need the alignments
     plain = Strings(["A man walks.", "A {name} walks."], inline=True)
-    assert plain.aligned == [False, True]
+    assert plain.boundaries == [(), (1,)]  # {name} sits before word 1 of "A walks."
     assert "{name}" not in " ".join(doc.texts)
+
+
+def test_only_sentences_with_formatting_inside_them_need_alignments():
+    """A sentence that formatting covers whole, or does not touch, is translated without
+    alignments and gets its edge alignment; the bold still covers its words."""
+    from seq2seq.documents import HtmlDocument, needs_alignments, run_translation
+
+    doc = HtmlDocument("<p>A man walks. <b>The dog runs.</b> Two <i>cats</i> sit.</p>")
+    (text,), (bounds,) = doc.texts, doc.boundaries
+    sentences = ["A man walks.", "The dog runs.", "Two cats sit."]
+    assert " ".join(sentences) == text and bounds == (3, 6, 7, 8)
+    need = needs_alignments(sentences, bounds)
+    assert need == [False, False, True]
+    translations = [fake_text(s) for s in sentences]
+    alignments = [[(0, 0), (1, 1), (2, 2)] if n else None for n in need]
+    out = doc.apply([run_translation(sentences, translations, alignments, bounds)])
+    assert out == "<p>A~ MAN~ WALKS.~ <b>THE~ DOG~ RUNS.~</b> TWO~ <i>CATS~</i> SIT.~</p>"
 
 
 def test_rewrap_keeps_the_number_of_lines():

@@ -43,7 +43,7 @@ def translate_document_file(args, search: dict) -> int:
     from seq2seq.cli.arguments import set_threads
     from seq2seq.core import atomic_open, check_device, check_paths
     from seq2seq.decode import Terminology, Translator
-    from seq2seq.documents import RunTranslation, format_for, open_document
+    from seq2seq.documents import format_for, needs_alignments, open_document, run_translation
     from seq2seq.serve import split_text
 
     _refuse_line_options(args)
@@ -71,28 +71,30 @@ def translate_document_file(args, search: dict) -> int:
         doc = open_document(args.input, data, inline=False)
     language = translator.source_lang or "en"
 
-    def translate_runs(texts: list[str], align: bool) -> list[RunTranslation]:
-        split = [split_text(t, language=language).sentences for t in texts]
-        flat = [s for sentences in split for s in sentences]
-        hyps = translator.translate_nbest(flat, alignments=align, terminology=terminology, nbest=1)
-        out, at = [], 0
-        for sentences in split:
-            best = [h[0] for h in hyps[at : at + len(sentences)]]
-            at += len(sentences)
-            out.append(
-                RunTranslation(
-                    [(s, h.text, h.alignment if align else None) for s, h in zip(sentences, best)]
-                )
-            )
-        return out
-
-    texts, aligned = doc.texts, doc.aligned
-    done: list = [None] * len(texts)
-    for align in (False, True):  # runs with formatting need alignments (slower): apart
-        idx = [i for i, a in enumerate(aligned) if (a and can_align) == align]
+    texts, boundaries = doc.texts, doc.boundaries
+    split = [split_text(t, language=language).sentences for t in texts]
+    flat = [s for sentences in split for s in sentences]
+    need = [
+        n and can_align
+        for sentences, bounds in zip(split, boundaries)
+        for n in needs_alignments(sentences, bounds)
+    ]
+    hyps: list = [None] * len(flat)
+    for align in (False, True):  # sentences with formatting inside need alignments (slower)
+        idx = [i for i, n in enumerate(need) if n == align]
         if idx:
-            for i, t in zip(idx, translate_runs([texts[i] for i in idx], align)):
-                done[i] = t
+            best = translator.translate_nbest(
+                [flat[i] for i in idx], alignments=align, terminology=terminology, nbest=1
+            )
+            for i, h in zip(idx, best):
+                hyps[i] = h[0]
+    done, at = [], 0
+    for sentences, bounds in zip(split, boundaries):
+        mine = hyps[at : at + len(sentences)]
+        at += len(sentences)
+        done.append(
+            run_translation(sentences, [h.text for h in mine], [h.alignment for h in mine], bounds)
+        )
     result = doc.write(done)
     with atomic_open(args.output, "wb") as f:
         f.write(result)

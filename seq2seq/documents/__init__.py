@@ -18,6 +18,8 @@ _HOMES = {
     "RunTranslation": "html",
     "format_for": "registry",
     "html_kind": "html",
+    "needs_alignments": "boundaries",
+    "run_translation": "boundaries",
     "open_document": "registry",
     "translate_document": "registry",
 }

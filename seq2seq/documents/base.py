@@ -7,8 +7,9 @@ paragraph, a cell, a cue, an entry) and writes the file back from their translat
 nothing of models, sentences or glossaries: whoever translates (the server's service, the CLI)
 cuts each run into sentences, translates them and hands back one
 :class:`~seq2seq.documents.html.RunTranslation` per run, with word alignments when
-:attr:`Document.aligned` says so for that run (formatting inside it goes back around the
-words it covered).
+:attr:`Document.boundaries` names word positions of that run (formatting inside it goes
+back around the words it covered; :mod:`seq2seq.documents.boundaries` says which sentences need
+alignments for that).
 
 Two phases rather than a callback, so that the server can await its batcher between them;
 :func:`~seq2seq.documents.registry.translate_document` joins them for a synchronous caller.
@@ -46,9 +47,10 @@ class Document(Protocol):
         ...
 
     @property
-    def aligned(self) -> list[bool]:
-        """Per run, whether it holds formatting that needs word alignments to be put back
-        (only those runs need the slower decoding that returns attention)."""
+    def boundaries(self) -> list[tuple[int, ...]]:
+        """Per run, the word positions where formatting begins or ends inside it (position k:
+        before the run's word k; empty: no formatting). A sentence with one of them between
+        two of its words needs word alignments (the slower decoding that returns attention)."""
         ...
 
     def write(self, translations: list[RunTranslation]) -> bytes:

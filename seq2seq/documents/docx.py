@@ -1,7 +1,7 @@
 """``.docx`` (Word): the body, headers, footers, footnotes, endnotes and comments; runs inside
-hyperlinks, smart tags and tracked insertions move with their words
-(:mod:`seq2seq.documents.ooxml`). Deleted text, fields' codes, images and everything else stay
-as they were."""
+hyperlinks, smart tags, tracked insertions, content controls and simple fields move with their
+words (:mod:`seq2seq.documents.ooxml`). Deleted text, fields' codes, images and everything else
+stay as they were."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ TAGS = Tags(
     paragraphs=(f"{_W}p",),
     run=f"{_W}r",
     text=f"{_W}t",
-    groups=frozenset({f"{_W}hyperlink", f"{_W}smartTag", f"{_W}ins"}),
+    groups=frozenset(
+        f"{_W}{n}" for n in "hyperlink smartTag ins sdt sdtContent fldSimple customXml".split()
+    ),
 )
 
 

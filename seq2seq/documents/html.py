@@ -35,6 +35,7 @@ its own, as LibreTranslate does, so inline markup splits sentences.
 
 from __future__ import annotations
 
+import bisect
 import html as _html
 import re
 from dataclasses import dataclass, field
@@ -156,9 +157,19 @@ class HtmlDocument:
         return [r.text for r in self.runs]
 
     @property
-    def aligned(self) -> list[bool]:
-        """Per run, whether it holds inline markup (its translation needs alignments)."""
-        return [bool(r.children) for r in self.runs]
+    def boundaries(self) -> list[tuple[int, ...]]:
+        """Per run, the word positions where its inline markup begins or ends (position k:
+        before word k of :attr:`texts`; empty: a run without inline markup)."""
+        out = []
+        for run in self.runs:
+            if not run.children:
+                out.append(())
+                continue
+            starts = [m.start() for m in _WORD.finditer(run.raw)]
+            offsets = [x for a, b in run.spans.values() for x in (a, b)]
+            offsets += [offset for _, offset in run.points]
+            out.append(tuple(sorted({bisect.bisect_left(starts, x) for x in offsets})))
+        return out
 
     @property
     def needs_alignments(self) -> bool:

@@ -24,8 +24,8 @@ class HtmlFile:
         return self.doc.texts
 
     @property
-    def aligned(self) -> list[bool]:
-        return self.doc.aligned
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return self.doc.boundaries
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         return self.doc.apply(translations).encode("utf-8")

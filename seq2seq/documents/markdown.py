@@ -167,8 +167,8 @@ class MarkdownDocument:
         return [t for b in self.blocks for t in b.doc.texts]
 
     @property
-    def aligned(self) -> list[bool]:
-        return [a for b in self.blocks for a in b.doc.aligned]
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return [a for b in self.blocks for a in b.doc.boundaries]
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         edits: dict[int, list[tuple[int, int, str]]] = {}

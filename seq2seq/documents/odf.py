@@ -75,8 +75,8 @@ class OdfDocument:
         return self.runs.texts
 
     @property
-    def aligned(self) -> list[bool]:
-        return self.runs.aligned
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return self.runs.boundaries
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         self.runs.apply(translations)

@@ -98,8 +98,8 @@ class OoxmlDocument:
         return self.runs.texts
 
     @property
-    def aligned(self) -> list[bool]:
-        return self.runs.aligned
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return self.runs.boundaries
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         self.runs.apply(translations)

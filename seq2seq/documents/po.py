@@ -39,8 +39,8 @@ class PoDocument:
         return self.strings.texts
 
     @property
-    def aligned(self) -> list[bool]:
-        return self.strings.aligned
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return self.strings.boundaries
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         done = iter(self.strings.apply(translations))

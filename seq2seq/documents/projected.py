@@ -26,8 +26,8 @@ class Projections:
         return [t for d in self.docs for t in d.texts]
 
     @property
-    def aligned(self) -> list[bool]:
-        return [a for d in self.docs for a in d.aligned]
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return [a for d in self.docs for a in d.boundaries]
 
     def apply(self, translations: list[RunTranslation]) -> None:
         at = 0

@@ -92,13 +92,13 @@ def open_document(
 def translate_document(
     name: str,
     data: bytes,
-    translate_runs: Callable[[list[str], list[bool]], list[RunTranslation]],
+    translate_runs: Callable[[list[str], list[tuple[int, ...]]], list[RunTranslation]],
     *,
     inline: bool = True,
     limits: Limits | None = None,
 ) -> bytes:
-    """``data`` translated: ``translate_runs(texts, aligned)`` gives one RunTranslation per
-    text (with word alignments where ``aligned`` is True)."""
+    """``data`` translated: ``translate_runs(texts, boundaries)`` gives one RunTranslation per
+    text (:mod:`seq2seq.documents.boundaries` says which sentences need word alignments)."""
     doc = open_document(name, data, inline=inline, limits=limits)
     texts = doc.texts
-    return doc.write(translate_runs(texts, doc.aligned) if texts else [])
+    return doc.write(translate_runs(texts, doc.boundaries) if texts else [])

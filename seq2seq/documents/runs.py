@@ -103,8 +103,8 @@ class RunParagraphs:
         return self.html.texts
 
     @property
-    def aligned(self) -> list[bool]:
-        return self.html.aligned
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return self.html.boundaries
 
     def apply(self, translations: list[RunTranslation]) -> None:
         """Put the translations into the runs (the XML is changed in place)."""

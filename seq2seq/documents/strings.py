@@ -109,13 +109,13 @@ class Strings:
         return out
 
     @property
-    def aligned(self) -> list[bool]:
-        out: list[bool] = []
+    def boundaries(self) -> list[tuple[int, ...]]:
+        out: list[tuple[int, ...]] = []
         for d in self.docs:
             if isinstance(d, str):
-                out.append(False)
+                out.append(())
             elif d is not None:
-                out.extend(d[0].aligned)
+                out.extend(d[0].boundaries)
         return out
 
     def apply(self, translations: list[RunTranslation]) -> list[str]:

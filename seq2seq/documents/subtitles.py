@@ -81,8 +81,8 @@ class Subtitles:
         return self.strings.texts
 
     @property
-    def aligned(self) -> list[bool]:
-        return self.strings.aligned
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return self.strings.boundaries
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         lines = list(self.lines)

@@ -40,8 +40,8 @@ class TextDocument:
         return [line.strip() for line in self.lines if line.strip()]
 
     @property
-    def aligned(self) -> list[bool]:
-        return [False] * len(self.texts)
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return [()] * len(self.texts)
 
     def write(self, translations: list[RunTranslation]) -> bytes:
         out, k = [], 0

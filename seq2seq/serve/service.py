@@ -20,7 +20,14 @@ from lxml.etree import LxmlError
 
 from seq2seq.core import UserError
 from seq2seq.decode import TorchEngine, supports
-from seq2seq.documents import HtmlDocument, Limits, RunTranslation, open_document
+from seq2seq.documents import (
+    HtmlDocument,
+    Limits,
+    RunTranslation,
+    needs_alignments,
+    open_document,
+    run_translation,
+)
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
 from seq2seq.serve.logs import log
@@ -424,9 +431,9 @@ class TranslationService:
         runs = [r for d in docs for r in d.texts]
         if not runs:
             return [d.apply([]) for d in docs]
-        aligned = [a for d in docs for a in d.aligned]
+        boundaries = [a for d in docs for a in d.boundaries]
         done = await self.translate_runs(
-            runs, direction=direction, aligned=aligned, field=field, totals=totals
+            runs, direction=direction, boundaries=boundaries, field=field, totals=totals
         )
         out, start = [], 0
         for d in docs:
@@ -439,40 +446,49 @@ class TranslationService:
         runs: list[str],
         *,
         direction: tuple[str, str],
-        aligned: list[bool],
+        boundaries: list[tuple[int, ...]],
         field: str,
         totals: bool = True,
     ) -> list[RunTranslation]:
         """Each run (a paragraph, a cell, a cue: :mod:`seq2seq.documents`) cut into sentences
-        and translated in ``direction``; the runs marked in ``aligned`` with word alignments
-        (when the engine gives them), in batches of their own: the others skip the slower
-        decoding that returns attention."""
-        groups: dict[bool, list[int]] = {}
-        for i, a in enumerate(aligned):
-            groups.setdefault(bool(a) and self.can_align, []).append(i)
-        done: list = [None] * len(runs)
-
-        async def group(align: bool, idx: list[int]) -> None:
-            split = self.split(
-                [runs[i] for i in idx],
-                language=direction[0],
-                split=True,
-                field=field,
-                totals=totals,
+        and translated in ``direction``. The sentences with a formatting boundary inside them
+        (``boundaries``, :mod:`seq2seq.documents.boundaries`) are translated with word
+        alignments (when the engine gives them) in batches of their own; the others skip the
+        slower decoding that returns attention."""
+        split = self.split(runs, language=direction[0], split=True, field=field, totals=totals)
+        flat = [s for t in split for s in t.segments.sentences]
+        need: list[bool] = []
+        for t, bounds in zip(split, boundaries):
+            need += (
+                needs_alignments(t.segments.sentences, bounds)
+                if bounds
+                else [False] * len(t.segments.sentences)
             )
+        hyps: list = [None] * len(flat)
+
+        async def group(align: bool) -> None:
+            idx = [i for i, n in enumerate(need) if (n and self.can_align) == align]
+            if not idx:
+                return
+            text = _Text(Segments([flat[i] for i in idx], []), 0)
             results = await self.translate(
-                split, self.options(nbest=1), alignments=align, direction=direction
+                [text], self.options(nbest=1), alignments=align, direction=direction
             )
-            for i, t in zip(idx, split):
-                hyps = [results[t.start + j][0] for j in range(len(t.segments.sentences))]
-                done[i] = RunTranslation(
-                    [
-                        (s, h.text, h.alignment if align else None)
-                        for s, h in zip(t.segments.sentences, hyps)
-                    ]
-                )
+            for i, r in zip(idx, results):
+                hyps[i] = r[0]
 
-        await asyncio.gather(*(group(a, idx) for a, idx in groups.items()))
+        await asyncio.gather(group(False), group(True))
+        done = []
+        for t, bounds in zip(split, boundaries):
+            mine = hyps[t.start : t.start + len(t.segments.sentences)]
+            done.append(
+                run_translation(
+                    t.segments.sentences,
+                    [h.text for h in mine],
+                    [h.alignment for h in mine],
+                    bounds,
+                )
+            )
         return done
 
     def file_sample(self, name: str, data: bytes, *, limits: Limits) -> str:
@@ -500,7 +516,7 @@ class TranslationService:
         done = await self.translate_runs(
             texts,
             direction=direction,
-            aligned=doc.aligned,
+            boundaries=doc.boundaries,
             field="file",
             totals=False,
         )
