@@ -192,3 +192,31 @@ def test_epub_chapters_toc_and_image():
     book = epub.read_epub(path)
     names = sorted(i.get_name() for i in book.get_items())
     assert "images/dot.png" in names and "chapter2.xhtml" in names
+
+
+def test_odt_footnotes_are_translated_and_numbers_kept():
+    from odf import teletype
+    from odf.opendocument import OpenDocumentText, load
+    from odf.text import Note, NoteBody, NoteCitation, P
+
+    doc = OpenDocumentText()
+    p = P(text="A man walks")
+    note = Note(id="n1", noteclass="footnote")
+    note.addElement(NoteCitation(text="1"))
+    body = NoteBody()
+    body.addElement(P(text="The dog runs."))
+    note.addElement(body)
+    p.addElement(note)
+    p.addText(" in the park.")
+    doc.text.addElement(p)
+    doc.text.addElement(P(text="42"))
+    buf = io.BytesIO()
+    doc.save(buf)
+    out = load(io.BytesIO(translate("notes.odt", buf.getvalue())))
+    (citation,) = out.getElementsByType(NoteCitation)
+    assert teletype.extractText(citation) == "1"
+    texts = [teletype.extractText(x) for x in out.getElementsByType(P)]
+    assert fake_text("The dog runs.") in texts and "42" in texts
+    assert texts[0].startswith(fake_text("A man walks")) and texts[0].endswith(
+        fake_text("in the park.")
+    )

@@ -127,13 +127,18 @@ class HtmlDocument:
         inline: keep sentences with inline markup whole (needs alignments); False: every text
             node is translated on its own.
         kind: what each element is (:func:`html_kind`, the default, for HTML).
+        letters: translate only runs with a letter in them (a number, a date or a code alone
+            is left as it is: a file's tables keep their figures).
 
     Raises:
         lxml.etree.ParserError: markup that is no document at all (a lone doctype).
     """
 
-    def __init__(self, markup, *, inline: bool = True, kind=html_kind) -> None:
+    def __init__(
+        self, markup, *, inline: bool = True, kind=html_kind, letters: bool = False
+    ) -> None:
         self.inline = inline
+        self.letters = letters
         self._kind = kind
         self.runs: list[_Run] = []
         if not isinstance(markup, str):
@@ -234,7 +239,7 @@ class HtmlDocument:
             walk(child, None)
             emit(child.tail)
         run.raw = "".join(raw)
-        if run.text:
+        if run.text and (not self.letters or any(c.isalpha() for c in run.raw)):
             self.runs.append(run)
 
     # ---- writing ---------------------------------------------------------------------------

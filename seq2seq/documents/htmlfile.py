@@ -36,6 +36,6 @@ def read(data: bytes, *, name: str, inline: bool, limits: Limits) -> HtmlFile:
     if not text.strip():
         raise UserError(f"{name}: the file is empty")
     try:
-        return HtmlFile(HtmlDocument(text, inline=inline))
+        return HtmlFile(HtmlDocument(text, inline=inline, letters=True))
     except (ValueError, LxmlError) as e:
         raise UserError(f"{name}: not HTML that can be parsed ({e})") from None

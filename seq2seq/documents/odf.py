@@ -2,7 +2,9 @@
 ``content.xml`` (body text, tables, frames, slides, speaker notes). ODF keeps text as mixed
 content, as HTML does, so the projection of ``format: "html"`` reads it directly: ``text:span``
 and ``text:a`` are inline elements around their words; spaces, tabs, line breaks, bookmarks,
-fields, notes, annotations and frames anchored in a paragraph are kept as points. Styles,
+fields, annotations and frames anchored in a paragraph are kept as points; a footnote's text is
+translated on its own (its number kept). A text of no letters (a number, a date) is left as
+it is. Styles,
 metadata, images and settings keep their bytes (the zip + XML route, as
 :mod:`seq2seq.documents.ooxml` says why; the tests read the output with odfpy). An encrypted
 document (a password) is refused."""
@@ -19,6 +21,7 @@ __all__ = ["read"]
 
 _TEXT = "{urn:oasis:names:tc:opendocument:xmlns:text:1.0}"
 _OFFICE = "{urn:oasis:names:tc:opendocument:xmlns:office:1.0}"
+_NOTE, _CITATION = f"{_TEXT}note", f"{_TEXT}note-citation"
 _PARAGRAPHS = frozenset({f"{_TEXT}p", f"{_TEXT}h"})
 _INLINE = frozenset({f"{_TEXT}span", f"{_TEXT}a", f"{_TEXT}meta"})
 _SPACE = frozenset({f"{_TEXT}s", f"{_TEXT}tab", f"{_TEXT}line-break"})
@@ -40,6 +43,10 @@ def _kind(el) -> str:
         return "other"
     if tag in _INLINE:
         return "inline"
+    if tag == _NOTE:
+        return "block"  # a footnote: its body's paragraphs are translated, the sentence cut there
+    if tag == _CITATION:
+        return "skip"  # the footnote's number
     if tag in _SPACE:
         return "space"
     parent = el.getparent()

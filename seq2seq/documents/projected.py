@@ -17,7 +17,7 @@ class Projections:
 
     def add(self, root, *, inline: bool, kind) -> None:
         """Cut the element ``root`` (changed in place by :meth:`apply`) into runs."""
-        doc = HtmlDocument(root, inline=inline, kind=kind)
+        doc = HtmlDocument(root, inline=inline, kind=kind, letters=True)
         if doc.runs:
             self.docs.append(doc)
 
