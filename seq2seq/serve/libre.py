@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 
 from seq2seq.documents import FORMATS, Limits
 from seq2seq.serve.bodies import RequestError, read_libre_fields, validate
+from seq2seq.serve.file_translation import file_sample, translate_upload
 from seq2seq.serve.files import FileStore, read_upload
 from seq2seq.serve.schemas import LibreTranslateRequest
 
@@ -166,11 +167,11 @@ def add_libre_routes(
         source = upload.fields.get("source") or info.source
         target = upload.fields.get("target") or info.target
         if source.strip().lower() == "auto":
-            sample = service.file_sample(upload.name, upload.data, limits=limits)
+            sample = file_sample(upload.name, upload.data, limits=limits)
             source, _ = auto_source([sample], target)
         direction = service.check_pair(source, target)
-        out = await service.translate_file(
-            upload.name, upload.data, direction=direction, limits=limits
+        out = await translate_upload(
+            service, upload.name, upload.data, direction=direction, limits=limits
         )
         stem, _, suffix = upload.name.rpartition(".")
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "file"

@@ -20,14 +20,7 @@ from lxml.etree import LxmlError
 
 from seq2seq.core import UserError
 from seq2seq.decode import TorchEngine, supports
-from seq2seq.documents import (
-    HtmlDocument,
-    Limits,
-    RunTranslation,
-    needs_alignments,
-    open_document,
-    run_translation,
-)
+from seq2seq.documents import HtmlDocument, RunTranslation, needs_alignments, run_translation
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
 from seq2seq.serve.logs import log
@@ -490,37 +483,6 @@ class TranslationService:
                 )
             )
         return done
-
-    def file_sample(self, name: str, data: bytes, *, limits: Limits) -> str:
-        """The first 2,000 characters of the file's text (for ``source: auto``)."""
-        try:
-            doc = open_document(name, data, inline=False, limits=limits)
-        except UserError as e:
-            raise RequestError(400, str(e)) from None
-        return " ".join(doc.texts)[:2000]
-
-    async def translate_file(
-        self, name: str, data: bytes, *, direction: tuple[str, str], limits: Limits
-    ) -> bytes:
-        """The file ``data`` (its format from the suffix of ``name``) translated in
-        ``direction``; a RequestError 400 names what is wrong with a bad file."""
-        try:
-            doc = open_document(name, data, inline=self.can_align, limits=limits)
-        except UserError as e:
-            raise RequestError(400, str(e)) from None
-        texts = doc.texts
-        if not texts:
-            if not data.strip():
-                raise RequestError(400, f"empty file: {name} has nothing to translate")
-            return doc.write([])  # nothing to translate (images, numbers): the file as it was
-        done = await self.translate_runs(
-            texts,
-            direction=direction,
-            boundaries=doc.boundaries,
-            field="file",
-            totals=False,
-        )
-        return doc.write(done)
 
     async def attention(
         self, sentences: list[str], targets: list[str], layer: int | None, head: int | None
