@@ -40,6 +40,7 @@ BENCHMARKS = {
     "serve_load": (True, []),
     "serve_overhead": (False, []),
     "serve_stall": (True, []),
+    "document_speed": (False, []),
 }
 
 

@@ -146,7 +146,7 @@ def main() -> None:
     pairs = [t.directions[0] for t in translators]
     if len(set(pairs)) != 3:
         raise needs.UserError(f"the three models must translate three pairs, not {pairs}")
-    # the server rejoins a text's sentences without their edge spaces (seq2seq.serve.paragraphs)
+    # the server rejoins a text's sentences without their edge spaces (seq2seq.decode.paragraphs)
     want = {
         t.directions[0][1]: {s: x.strip() for s, x in zip(src, t.translate(src))}
         for t in translators

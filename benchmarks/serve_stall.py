@@ -8,7 +8,7 @@ first with the server idle, then while one client (a process of its own) repeats
 workload for ``--seconds`` (the probe runs until its last request is answered):
 
 - ``html``: ``POST /translate`` with ``format: html``, a body of about 280 KB: 40 paragraphs of
-  :data:`~seq2seq.serve.html.MAX_INLINE_ELEMENTS` empty ``<b></b>`` each (the most a paragraph
+  :data:`~seq2seq.documents.html.MAX_INLINE_ELEMENTS` empty ``<b></b>`` each (the most a paragraph
   may hold; the text stays far below ``--max-chars``);
 - ``html-over``: the issue #44 request, 40,000 ``<b></b>`` in one paragraph (now a 400);
 - ``html-file``: ``POST /translate_file`` of a ``.html`` file near ``--max-file-bytes``, built the
@@ -45,7 +45,7 @@ from pathlib import Path
 import httpx
 import needs  # this folder: one line and exit 2 for a missing model
 
-PER_PARAGRAPH = 1_000  # seq2seq.serve.html.MAX_INLINE_ELEMENTS
+PER_PARAGRAPH = 1_000  # seq2seq.documents.html.MAX_INLINE_ELEMENTS
 GOOD = {"source": "en", "target": "de"}
 
 

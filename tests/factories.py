@@ -75,32 +75,53 @@ _CACHE: dict[tuple, Path] = {}
 _CACHE_ROOT: Path | None = None
 
 
-def synthetic_pairs(n: int = 400, *, seed: int = 0) -> list[tuple[str, str]]:
-    """``n`` (source, target) pairs of 2-8 words; the target equals the source (copy task)."""
+SHIFTED = dict(zip(WORDS, WORDS[1:] + WORDS[:1]))
+"""The ``shift`` task's dictionary: each word of :data:`WORDS` -> the next one."""
+
+
+def _sentence(words: list[str], end: str) -> str:
+    sentence = " ".join(words)
+    return sentence[0].upper() + sentence[1:] + end
+
+
+def synthetic_pairs(n: int = 400, *, seed: int = 0, task: str = "copy") -> list[tuple[str, str]]:
+    """``n`` (source, target) pairs of 2-8 words; the target equals the source (``copy``), or
+    has each word replaced by the next one of :data:`WORDS` (``shift``: a translation whose
+    every word differs from its source word, aligned one to one)."""
     rng = random.Random(seed)
     pairs = []
     for _ in range(n):
         words = [rng.choice(WORDS) for _ in range(rng.randint(2, 8))]
-        sentence = " ".join(words)
-        sentence = sentence[0].upper() + sentence[1:] + rng.choice([".", "", " !"])
-        pairs.append((sentence, sentence))
+        end = rng.choice([".", "", " !"])
+        target = [SHIFTED[w] for w in words] if task == "shift" else words
+        pairs.append((_sentence(words, end), _sentence(target, end)))
     return pairs
 
 
-def _train_copy(model: torch.nn.Module, ids: list[list[int]], *, steps: int, seed: int) -> None:
-    """Teacher-forced training on (ids -> ids) with plain torch."""
+def _train_copy(
+    model: torch.nn.Module,
+    ids: list[list[int]],
+    *,
+    steps: int,
+    seed: int,
+    targets: list[list[int]] | None = None,
+) -> None:
+    """Teacher-forced training on (ids -> targets, default ids) with plain torch."""
+    targets = targets or ids
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
     model.train()
     for _ in range(steps):
         rows = torch.randint(len(ids), (32,), generator=gen).tolist()
         batch = [ids[r] for r in rows]
+        outs = [targets[r] for r in rows]
         width = max(len(b) for b in batch)
+        t_width = max(len(b) for b in outs)
         src = torch.full((len(batch), width + 1), PAD_ID, dtype=torch.long)  # (B, S) pieces+EOS
-        tgt = torch.full((len(batch), width + 2), PAD_ID, dtype=torch.long)  # (B, T+1) BOS..EOS
-        for i, b in enumerate(batch):
+        tgt = torch.full((len(batch), t_width + 2), PAD_ID, dtype=torch.long)  # (B, T+1)
+        for i, (b, o) in enumerate(zip(batch, outs)):
             src[i, : len(b) + 1] = torch.tensor(b + [EOS_ID])
-            tgt[i, : len(b) + 2] = torch.tensor([BOS_ID] + b + [EOS_ID])
+            tgt[i, : len(o) + 2] = torch.tensor([BOS_ID] + o + [EOS_ID])
         tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]
         logits = model(src, tgt_in)  # (B, T, V)
         loss = F.cross_entropy(logits.transpose(1, 2), tgt_out, ignore_index=PAD_ID)
@@ -110,10 +131,12 @@ def _train_copy(model: torch.nn.Module, ids: list[list[int]], *, steps: int, see
     model.eval()
 
 
-def _build(path: Path, cfg_overrides: Sequence[str], train_steps: int, seed: int) -> None:
+def _build(
+    path: Path, cfg_overrides: Sequence[str], train_steps: int, seed: int, task: str = "copy"
+) -> None:
     torch.manual_seed(seed)
     cfg = load_config(None, [*TINY_OVERRIDES, *cfg_overrides])
-    pairs = synthetic_pairs(400, seed=seed)
+    pairs = synthetic_pairs(400, seed=seed, task=task)
     with tempfile.TemporaryDirectory(prefix="seq2seq-factory-") as tmp:
         src_file, tgt_file = Path(tmp) / "train.src", Path(tmp) / "train.tgt"
         src_file.write_text("".join(s + "\n" for s, _ in pairs), encoding="utf-8")
@@ -136,10 +159,11 @@ def _build(path: Path, cfg_overrides: Sequence[str], train_steps: int, seed: int
     )
     if train_steps > 0:
         ids = tokenizer.encode_src([s for s, _ in pairs])
+        tgt_ids = tokenizer.encode_tgt([t for _, t in pairs]) if task != "copy" else None
         threads = torch.get_num_threads()
         torch.set_num_threads(1)  # tiny matrices: more threads only add overhead
         try:
-            _train_copy(model, ids, steps=train_steps, seed=seed)
+            _train_copy(model, ids, steps=train_steps, seed=seed, targets=tgt_ids)
         finally:
             torch.set_num_threads(threads)
     save_model_dir(path, model.eval(), cfg)
@@ -151,6 +175,7 @@ def make_model_dir(
     cfg_overrides: Sequence[str] = (),
     train_steps: int = 0,
     seed: int = 0,
+    task: str = "copy",
 ) -> Path:
     """Write a tiny, complete model directory at ``path`` (which must not exist) and return it.
 
@@ -160,16 +185,17 @@ def make_model_dir(
             (e.g. ``("model.decoder_mask=window", "decoding.beam_size=3")``).
         train_steps: copy-task training steps (0: untrained, random weights).
         seed: seeds the synthetic corpus, SentencePiece and the weights.
+        task: what the model learns (:func:`synthetic_pairs`): ``copy`` or ``shift``.
     """
     global _CACHE_ROOT
     path = Path(path)
-    key = (tuple(cfg_overrides), train_steps, seed)
+    key = (tuple(cfg_overrides), train_steps, seed, task)
     if key not in _CACHE:
         if _CACHE_ROOT is None:
             _CACHE_ROOT = Path(tempfile.mkdtemp(prefix="seq2seq-factory-cache-"))
             atexit.register(shutil.rmtree, _CACHE_ROOT, ignore_errors=True)
         built = _CACHE_ROOT / f"model{len(_CACHE)}"
-        _build(built, cfg_overrides, train_steps, seed)
+        _build(built, cfg_overrides, train_steps, seed, task)
         _CACHE[key] = built
     shutil.copytree(_CACHE[key], path)
     return path

@@ -184,3 +184,17 @@ def test_an_engine_without_attention_is_a_clear_error(trained_dir):
 
     with pytest.raises(UserError, match="no attention"):
         OnnxEngine.start(object.__new__(OnnxEngine), [[5, EOS_ID]], attention=True)
+
+
+def test_a_tensor_and_its_rows_give_the_same_alignment():
+    """align_pieces argmaxes a tensor in one call and a list of rows in Python: the same
+    pairs, ties to the first source piece included."""
+    import torch
+
+    from seq2seq.decode.alignments import align_pieces
+
+    gen = torch.Generator().manual_seed(0)
+    src, tgt = ["▁a", "b", "▁c", "▁d"], ["▁x", "▁y", "z", "▁w"]
+    for _ in range(200):
+        att = torch.randint(0, 3, (5, 6), generator=gen).float()  # many ties
+        assert align_pieces(att, src, tgt) == align_pieces(att.tolist(), src, tgt)

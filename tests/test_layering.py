@@ -23,6 +23,7 @@ LAYERS = [
     "export",
     "decode",
     "evaluate",
+    "documents",
     "train",
     "serve",
     "cli",

@@ -20,11 +20,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from seq2seq.core.errors import UserError
 from seq2seq.decode.translator import Translator
+from seq2seq.documents import HtmlDocument, RunTranslation
 from seq2seq.serve.access import MovingWindow
 from seq2seq.serve.app import create_app
 from seq2seq.serve.config import ServeConfig
 from seq2seq.serve.files import FileStore
-from seq2seq.serve.html import HtmlDocument, RunTranslation
 from seq2seq.serve.keys import KEY_ALPHABET, KeyStore, KeysUnavailable, KeyTable
 from seq2seq.serve.metrics import key_label
 from seq2seq.serve.served_model import choose_engine, held_export, model_info

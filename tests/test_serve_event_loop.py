@@ -1,6 +1,6 @@
 """Work that grows with a request's size stays off the server's event loop and linear: an HTML
 run is rebuilt in time linear in its inline elements (counted in executed lines, not timed),
-a run with more than :data:`~seq2seq.serve.html.MAX_INLINE_ELEMENTS` is a 400, and parsing
+a run with more than :data:`~seq2seq.documents.html.MAX_INLINE_ELEMENTS` is a 400, and parsing
 HTML, uploads and the key file runs on worker threads. (``benchmarks/serve_stall.py`` measures
 ``/health`` while one client sends the worst request the limits allow.)"""
 
@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from factories import make_model_dir, run_app
 
-import seq2seq.serve.html as html_module
+import seq2seq.documents.html as html_module
 from seq2seq.decode.translator import Translator
+from seq2seq.documents.html import MAX_INLINE_ELEMENTS, HtmlDocument, RunTranslation
 from seq2seq.serve.app import create_app
 from seq2seq.serve.config import ServeConfig
-from seq2seq.serve.html import MAX_INLINE_ELEMENTS, HtmlDocument, RunTranslation
 from seq2seq.serve.keys import KeyStore, KeyTable
 from seq2seq.serve.served_model import model_info
 
@@ -26,7 +26,7 @@ GOOD = {"source": "en", "target": "de"}
 
 
 def _lines_to_rebuild(n: int) -> int:
-    """Lines of seq2seq/serve/html.py executed to rebuild a run of ``n`` inline elements."""
+    """Lines of seq2seq/documents/html.py executed to rebuild a run of ``n`` inline elements."""
     markup = "<p>" + "one <b>two</b> " * n + "</p>"
     doc = HtmlDocument(markup)
     translations = []

@@ -15,6 +15,7 @@ from seq2seq.cli.arguments import (
     set_threads,
     warner,
 )
+from seq2seq.cli.documents import is_document
 from seq2seq.core import UserError, check_device, check_paths
 
 __all__ = ["add_score", "add_translate"]
@@ -35,10 +36,15 @@ def add_translate(sub) -> None:
         "long (or a long line with --nbest, --scores, jsonl) is truncated to the model's max\n"
         "positions, with a warning naming the line. With -o FILE the output is\n"
         "written to FILE.partial and renamed to FILE only once complete; --resume continues\n"
-        "an interrupted FILE.partial, skipping the input lines it already holds.",
+        "an interrupted FILE.partial, skipping the input lines it already holds.\n\n"
+        "A document (-i FILE with a suffix of .docx .pptx .xlsx .odt .odp .epub .srt .vtt .md\n"
+        ".po .xlf .xliff .html .htm) is translated as a whole into -o FILE of the same type:\n"
+        "its text, paragraph by paragraph and sentence by sentence, everything else kept\n"
+        "(docs/translating.md: Documents).",
         "echo 'A man rides a bike.' | seq2seq translate runs/multi30k_small\n"
         "seq2seq translate runs/multi30k_small -i test.en -o test.de --beam 5 --max-tokens 8000\n"
         "seq2seq translate runs/multi30k_small -i test.en --nbest 4 --beam 4\n"
+        "seq2seq translate runs/multi30k_small -i report.docx -o report.de.docx\n"
         "printf 'A man rides a bike.\\tFahrrad\\n' | seq2seq translate runs/multi30k_small "
         "--constraints unordered",
     )
@@ -148,6 +154,10 @@ def _run_translate(args) -> int:
     )
 
     search = search_overrides(args)  # checked now, before anything loads
+    if is_document(args.input):
+        from seq2seq.cli.documents import translate_document_file
+
+        return translate_document_file(args, search)
     if args.resume and not args.output:
         raise UserError("--resume needs -o FILE")
     if args.buffer_lines < 1:

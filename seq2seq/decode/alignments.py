@@ -61,7 +61,18 @@ def align_pieces(
     """
     if not src_pieces or not tgt_pieces:
         return []
-    rows = attention.tolist() if isinstance(attention, Tensor) else attention
+    n_src, n_tgt = len(src_pieces), len(tgt_pieces)
+    src_word, tgt_word = word_index(src_pieces), word_index(tgt_pieces)
+    if isinstance(attention, Tensor):
+        if attention.dim() != 2 or attention.shape[0] < n_tgt or attention.shape[1] < n_src:
+            raise ValueError(
+                f"attention has shape {tuple(attention.shape)} for {n_tgt} target pieces and "
+                f"{n_src} source pieces"
+            )
+        # argmax returns the first of equal maxima: ties go to the first source piece
+        best = attention[:n_tgt, :n_src].argmax(dim=1).tolist()
+        return sorted({(src_word[b], tgt_word[t]) for t, b in enumerate(best)})
+    rows = attention
     if len(rows) < len(tgt_pieces) or any(
         len(r) < len(src_pieces) for r in rows[: len(tgt_pieces)]
     ):
@@ -69,8 +80,6 @@ def align_pieces(
             f"attention has {len(rows)} rows for {len(tgt_pieces)} target pieces and "
             f"{len(src_pieces)} source pieces"
         )
-    n_src = len(src_pieces)
-    src_word, tgt_word = word_index(src_pieces), word_index(tgt_pieces)
     pairs = set()
     for t in range(len(tgt_pieces)):
         row = rows[t][:n_src]

@@ -4,7 +4,8 @@ A model is trained on single sentences, but users paste paragraphs. :func:`split
 text into lines (line breaks are kept exactly), each line into sentences with the rule-based
 splitter of Philipp Koehn and Josh Schroeder (the Moses ``split-sentences.perl`` rules, the
 ``sentence-splitter`` package: non-breaking prefixes such as "Mr." or "e.g." for 24 languages,
-shipped with the package, no download); :func:`join_text` puts the translated sentences back
+shipped with the package, no download; run with compiled patterns by
+:class:`seq2seq.data.MosesSplitter`); :func:`join_text` puts the translated sentences back
 in the same layout.
 
 Layout rules:
@@ -33,7 +34,6 @@ per line out, a line cut into sentences when it would not fit the model (or alwa
 
 from __future__ import annotations
 
-import functools
 import re
 import warnings
 from collections.abc import Callable
@@ -68,13 +68,12 @@ class Segments:
     lines: list[tuple[str, int]]
 
 
-@functools.lru_cache(maxsize=32)
 def _splitter(language: str):
-    from sentence_splitter import SentenceSplitter
+    from seq2seq.data import moses_splitter
 
     if language not in SPLITTER_LANGUAGES:
         language = "en"
-    return SentenceSplitter(language=language)
+    return moses_splitter(language)
 
 
 def _split_line(line: str, language: str) -> list[str]:

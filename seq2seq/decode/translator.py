@@ -330,8 +330,10 @@ class Translator:
             if h.attention is None:
                 raise UserError("this engine returns no attention: no alignments")
             tgt_pieces = self.tokenizer.tgt_pieces([x for x in h.tokens if x != self.eos_id])
-            rows = h.attention.tolist() if hasattr(h.attention, "tolist") else h.attention
-            attention = [row[skip:] for row in rows] if skip else rows
+            if hasattr(h.attention, "argmax"):  # a tensor (L, S'): argmax'd as one
+                attention = h.attention[:, skip:] if skip else h.attention
+            else:
+                attention = [row[skip:] for row in h.attention] if skip else h.attention
             pairs = align_pieces(attention, src_pieces[skip:], tgt_pieces)
             aligned.append(t._replace(alignment=pairs))
         return aligned

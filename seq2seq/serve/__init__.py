@@ -19,6 +19,7 @@ _HOMES = {
     "SqliteGlossaries": "glossaries",
     "read_models_file": "model_specs",
     "serve": "launcher",
+    "split_text": "paragraphs",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

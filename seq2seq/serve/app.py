@@ -8,7 +8,7 @@ demand within ``--max-loaded``). A request's language pair picks its model(s)
 :mod:`seq2seq.serve.pivot`). Request handlers run on the event loop: they read and check the
 body (:mod:`seq2seq.serve.bodies`, :mod:`seq2seq.serve.schemas`) and hand the texts to the
 model's service (:mod:`seq2seq.serve.service`), which cuts them into sentences
-(:mod:`seq2seq.serve.paragraphs`), queues them on its :class:`~seq2seq.serve.batcher.Batcher`
+(:mod:`seq2seq.decode.paragraphs`), queues them on its :class:`~seq2seq.serve.batcher.Batcher`
 (the sentences of concurrent requests are translated together in token-budgeted batches on
 the engine thread: :func:`seq2seq.serve.batcher.engine_thread`) and rejoins the results.
 

@@ -1,8 +1,10 @@
 """``POST /translate_file``: the uploaded file, and the translated files waiting to be fetched.
 
-An upload is a multipart form with a ``file`` part (``.txt`` or ``.html``/``.htm``, UTF-8, at
-most ``--max-file-bytes``) and the ``source`` / ``target`` / ``api_key`` fields (and
-``glossary`` / ``do_not_translate``, :func:`seq2seq.serve.bodies.form_glossary_fields`). The translated
+An upload is a multipart form with a ``file`` part (any suffix of
+:data:`seq2seq.documents.FORMATS`: ``.docx``, ``.srt``, ``.po``, ..., at most
+``--max-file-bytes``; its content is checked by the format's reader) and the ``source`` /
+``target`` / ``api_key`` fields (and ``glossary`` / ``do_not_translate``,
+:func:`seq2seq.serve.bodies.form_glossary_fields`). The translated
 file is kept in memory under a random token of 256 bits and fetched with ``GET
 /download_file/{token}/{name}``: the URL itself is the capability (as LibreTranslate's download
 link is), so it needs no key. A file is forgotten ``--file-expiry`` seconds after it was made
@@ -22,12 +24,11 @@ from pathlib import PurePosixPath
 
 from starlette.concurrency import run_in_threadpool
 
+from seq2seq.core import UserError
+from seq2seq.documents import format_for
 from seq2seq.serve.bodies import RequestError, _read_body
 
-__all__ = ["FILE_FORMATS", "FileStore", "StoredFile", "Upload", "read_upload"]
-
-FILE_FORMATS = {".txt": "text/plain", ".html": "text/html", ".htm": "text/html"}
-"""The file types ``/translate_file`` takes, by suffix, with the type they are served as."""
+__all__ = ["FileStore", "StoredFile", "Upload", "read_upload"]
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,12 @@ class Upload:
 
     Attributes:
         name: the file's name (its last path component).
-        text: its content, decoded as UTF-8.
+        data: its bytes.
         fields: the other form fields (``source``, ``target``, ``api_key``, ...).
     """
 
     name: str
-    text: str
+    data: bytes
     fields: dict[str, str]
 
 
@@ -59,8 +60,8 @@ async def read_upload(request, limit: int) -> Upload:
     """The ``file`` part and the fields of a multipart body of at most ``limit`` bytes of file.
 
     Raises:
-        RequestError: 400 for a body that is not multipart, no file, an unsupported file type
-            or a file that is not UTF-8; 413 for a file over the limit.
+        RequestError: 400 for a body that is not multipart, no file or an unsupported file
+            type; 413 for a file over the limit.
     """
     content_type = request.headers.get("content-type", "")
     if content_type.split(";")[0].strip().lower() != "multipart/form-data":
@@ -92,20 +93,13 @@ def _parse_upload(body: bytes, content_type: str, limit: int) -> Upload:
     if upload is None:
         raise RequestError(400, "no file: send it in a multipart part named 'file'")
     filename, data = upload
-    suffix = PurePosixPath(filename).suffix.lower()
-    if suffix not in FILE_FORMATS:
-        raise RequestError(
-            400, f"file type {suffix or '(none)'!r} is not supported; send .txt or .html"
-        )
+    try:
+        format_for(filename)
+    except UserError as e:
+        raise RequestError(400, str(e)) from None
     if len(data) > limit:
         raise RequestError(413, f"the file has {len(data):,} bytes; the limit is {limit:,}")
-    try:
-        text = data.decode("utf-8").removeprefix("\ufeff")
-    except UnicodeDecodeError as e:
-        raise RequestError(
-            400, f"{filename} is not valid UTF-8 (byte {e.start + 1}: 0x{data[e.start]:02x})"
-        ) from None
-    return Upload(filename, text, fields)
+    return Upload(filename, data, fields)
 
 
 class FileStore:
@@ -133,12 +127,13 @@ class FileStore:
             self._files.pop(token)
             self._bytes -= len(f.data)
 
-    def put(self, name: str, text: str) -> str:
-        """Keep ``text`` as file ``name``; its token (43 URL-safe characters)."""
+    def put(self, name: str, data: bytes | str) -> str:
+        """Keep ``data`` (a str: as UTF-8) as file ``name``; its token (43 URL-safe
+        characters)."""
         token = secrets.token_urlsafe(32)
-        data = text.encode("utf-8")
-        suffix = PurePosixPath(name).suffix.lower()
-        media = FILE_FORMATS.get(suffix, "text/plain")
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        media = format_for(name)[1]
         self._files[token] = StoredFile(name, media, data, self._clock() + self.expiry)
         self._bytes += len(data)
         self._drop_expired()

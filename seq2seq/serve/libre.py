@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
+from seq2seq.documents import FORMATS, Limits
 from seq2seq.serve.bodies import (
     RequestError,
     check_size,
@@ -28,9 +30,10 @@ from seq2seq.serve.bodies import (
     read_libre_fields,
     validate,
 )
-from seq2seq.serve.files import FILE_FORMATS, read_upload
+from seq2seq.serve.file_translation import file_sample, translate_upload
+from seq2seq.serve.files import read_upload
 from seq2seq.serve.glossaries import SqliteGlossaries, request_glossary
-from seq2seq.serve.pivot import translate_file_text, translate_html, translate_libre
+from seq2seq.serve.pivot import translate_html, translate_libre
 from seq2seq.serve.schemas import GlossaryFields, LibreTranslateRequest
 
 if TYPE_CHECKING:
@@ -90,6 +93,7 @@ def libre_routes(
     """
     api = APIRouter()
     default_source, default_target = router.default
+    limits = Limits()  # what an uploaded archive may unpack to
 
     def auto_source(texts: list[str], target: str | None) -> tuple[str, list[dict]]:
         """The language to translate from for ``source: auto``, and each text's detection."""
@@ -175,7 +179,7 @@ def libre_routes(
             "keyRequired": config.require_api_key,
             "suggestions": False,
             "filesTranslation": True,
-            "supportedFilesFormat": sorted(FILE_FORMATS),
+            "supportedFilesFormat": sorted(FORMATS),
             # glossary and do_not_translate fields (constrained decoding: not on ctranslate2)
             "glossaries": any(pool.model(n).engine != "ctranslate2" for n in pool.names()),
             "namedGlossaries": glossaries is not None,
@@ -185,7 +189,7 @@ def libre_routes(
             },
         }
 
-    @api.post("/translate_file", summary="LibreTranslate: translate a .txt or .html file")
+    @api.post("/translate_file", summary="LibreTranslate: translate a file (docx, srt, po, ...)")
     async def translate_file(request: Request) -> JSONResponse:
         upload = await read_upload(request, config.max_file_bytes)
         client = await admit(request, upload.fields)
@@ -196,14 +200,14 @@ def libre_routes(
         source = upload.fields.get("source") or default_source
         target = upload.fields.get("target") or default_target
         if source.strip().lower() == "auto":
-            source, _ = auto_source([upload.text[:2000]], target)
-        route = router.route(source, target)
-        if upload.name.lower().endswith((".html", ".htm")):
-            (out,) = await translate_html(
-                pool, route, [upload.text], field="file", totals=False, glossary=glossary
+            sample = await run_in_threadpool(
+                lambda: file_sample(upload.name, upload.data, limits=limits)
             )
-        else:
-            out = await translate_file_text(pool, route, upload.text, glossary)
+            source, _ = auto_source([sample], target)
+        route = router.route(source, target)
+        out = await translate_upload(
+            pool, route, upload.name, upload.data, limits=limits, glossary=glossary
+        )
         stem, _, suffix = upload.name.rpartition(".")
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", stem) or "file"
         name = f"{safe}.{re.sub(r'[^a-z0-9-]', '_', target.strip().lower())}.{suffix.lower()}"
@@ -218,7 +222,7 @@ def libre_routes(
             raise RequestError(404, "no such file (translated files expire)")
         return Response(
             stored.data,
-            media_type=f"{stored.media_type}; charset=utf-8",
+            media_type=stored.media_type,
             headers={"Content-Disposition": f'attachment; filename="{stored.name}"'},
         )
 

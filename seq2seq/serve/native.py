@@ -27,6 +27,7 @@ from seq2seq.serve.schemas import SEARCH_FIELDS, AttentionRequest, TranslateRequ
 
 if TYPE_CHECKING:
     from seq2seq.decode import Glossary
+    from seq2seq.serve.access import Client
     from seq2seq.serve.config import ServeConfig
     from seq2seq.serve.model_pool import ModelPool
     from seq2seq.serve.routing import Leg, Router

@@ -28,9 +28,15 @@ from seq2seq.decode import (
     split_text,
     supports,
 )
+from seq2seq.documents import (
+    HtmlDocument,
+    HtmlLimitError,
+    RunTranslation,
+    needs_alignments,
+    run_translation,
+)
 from seq2seq.serve.batcher import Batcher, BatcherClosed, EngineFailure
 from seq2seq.serve.bodies import RequestError, check_unicode
-from seq2seq.serve.html import HtmlDocument, HtmlLimitError, RunTranslation
 from seq2seq.serve.logs import log
 from seq2seq.serve.stream import SearchStream
 
@@ -519,7 +525,7 @@ class TranslationService:
         glossary: Glossary | None = None,
     ) -> list[str]:
         """Each HTML text translated in ``direction`` with its markup kept
-        (:mod:`seq2seq.serve.html`)."""
+        (:mod:`seq2seq.documents.html`)."""
         if not any(t.strip() for t in texts):
             raise RequestError(400, f"empty text: {field} has nothing to translate")
         inline = self.can_align
@@ -534,29 +540,15 @@ class TranslationService:
         runs = [r for d in docs for r in d.texts]
         if not runs:
             return await run_in_threadpool(lambda: [d.apply([]) for d in docs])
-        align = self.can_align and any(d.needs_alignments for d in docs)
-        split = await run_in_threadpool(
-            lambda: self.split(runs, language=direction[0], split=True, field=field, totals=totals)
-        )
-        results = await self.translate(
-            split,
-            self.options(nbest=1),
-            alignments=align,
+        boundaries = [a for d in docs for a in d.boundaries]
+        done = await self.translate_runs(
+            runs,
             direction=direction,
-            parts=not totals,
+            boundaries=boundaries,
+            field=field,
+            totals=totals,
             glossary=glossary,
         )
-        done = []
-        for t in split:
-            hyps = [results[t.start + j][0] for j in range(len(t.segments.sentences))]
-            done.append(
-                RunTranslation(
-                    [
-                        (s, h.text, h.alignment if align else None)
-                        for s, h in zip(t.segments.sentences, hyps)
-                    ]
-                )
-            )
 
         def rebuild() -> list[str]:
             out, start = [], 0
@@ -580,6 +572,65 @@ class TranslationService:
             split, self.options(nbest=1), direction=direction, parts=True, glossary=glossary
         )
         return self.joined(split[0], results)
+
+    async def translate_runs(
+        self,
+        runs: list[str],
+        *,
+        direction: tuple[str, str],
+        boundaries: list[tuple[int, ...]],
+        field: str,
+        totals: bool = True,
+        glossary: Glossary | None = None,
+    ) -> list[RunTranslation]:
+        """Each run (a paragraph, a cell, a cue: :mod:`seq2seq.documents`) cut into sentences
+        and translated in ``direction``. The sentences with a formatting boundary inside them
+        (``boundaries``, :mod:`seq2seq.documents.boundaries`) are translated with word
+        alignments (when the engine gives them) in batches of their own; the others skip the
+        slower decoding that returns attention. ``glossary``: as :meth:`translate`; a whole
+        file (``totals`` False) is queued in parts (:meth:`_in_parts`)."""
+        split = await run_in_threadpool(  # a whole document: off the event loop
+            lambda: self.split(runs, language=direction[0], split=True, field=field, totals=totals)
+        )
+        flat = [s for t in split for s in t.segments.sentences]
+        need: list[bool] = []
+        for t, bounds in zip(split, boundaries):
+            need += (
+                needs_alignments(t.segments.sentences, bounds)
+                if bounds
+                else [False] * len(t.segments.sentences)
+            )
+        hyps: list = [None] * len(flat)
+
+        async def group(align: bool) -> None:
+            idx = [i for i, n in enumerate(need) if (n and self.can_align) == align]
+            if not idx:
+                return
+            text = _Text(Segments([flat[i] for i in idx], []), 0)
+            results = await self.translate(
+                [text],
+                self.options(nbest=1),
+                alignments=align,
+                direction=direction,
+                parts=not totals,
+                glossary=glossary,
+            )
+            for i, r in zip(idx, results):
+                hyps[i] = r[0]
+
+        await asyncio.gather(group(False), group(True))
+        done = []
+        for t, bounds in zip(split, boundaries):
+            mine = hyps[t.start : t.start + len(t.segments.sentences)]
+            done.append(
+                run_translation(
+                    t.segments.sentences,
+                    [h.text for h in mine],
+                    [h.alignment for h in mine],
+                    bounds,
+                )
+            )
+        return done
 
     async def attention(
         self, sentences: list[str], targets: list[str], layer: int | None, head: int | None

@@ -39,11 +39,11 @@ import hashlib
 import secrets
 import time
 import urllib.parse
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING
 
 from seq2seq.core import UserError
-from seq2seq.serve.files import FILE_FORMATS, StoredFile
+from seq2seq.documents import format_for
+from seq2seq.serve.files import StoredFile
 from seq2seq.serve.keys import check_req_limit, new_key
 from seq2seq.serve.logs import log
 from seq2seq.serve.state import Admission, unavailable, who_counts
@@ -310,7 +310,7 @@ class RedisState:
 
     async def put_file(self, name: str, text: str) -> str:
         token = secrets.token_urlsafe(32)
-        media = FILE_FORMATS.get(PurePosixPath(name).suffix.lower(), "text/plain")
+        media = format_for(name)[1]
         async with self._answering():
             await self._put(
                 keys=[_FILE + token, _FILES, _SIZES, _BYTES],

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 
 import lxml.html
 
-__all__ = ["MAX_INLINE_ELEMENTS", "HtmlDocument", "HtmlLimitError", "RunTranslation"]
+__all__ = ["MAX_INLINE_ELEMENTS", "HtmlDocument", "HtmlLimitError", "RunTranslation", "html_kind"]
 
 _SKIP = frozenset(
     "script style noscript template textarea pre svg math head title iframe object".split()
@@ -66,28 +66,32 @@ class HtmlLimitError(ValueError):
 
 
 def _tag(el) -> str | None:
-    return el.tag.lower() if isinstance(el.tag, str) else None
+    """An element's tag name, lowercase and without its namespace (None: a comment or PI)."""
+    return el.tag.rsplit("}", 1)[-1].lower() if isinstance(el.tag, str) else None
 
 
-def _untranslated(el) -> bool:
-    return (
-        _tag(el) in _SKIP
+def html_kind(el) -> str:
+    """What an HTML element is to the projection: ``"block"``, ``"inline"``, ``"whole"`` (an
+    inline point kept as it is), ``"space"`` (a point that separates words: ``<br>``),
+    ``"skip"`` (left untranslated with its content) or ``"other"`` (a comment or PI).
+
+    Another markup (ODF, XLIFF, XHTML) passes its own function of this shape to
+    :class:`HtmlDocument`."""
+    tag = _tag(el)
+    if tag is None:
+        return "other"
+    untranslated = (
+        tag in _SKIP
         or el.get("translate", "").lower() == "no"
         or "notranslate" in el.get("class", "").split()
     )
-
-
-def _whole(el) -> bool:
-    return _tag(el) in _WHOLE or (_tag(el) in _INLINE and _untranslated(el))
-
-
-def _inline(el) -> bool:
-    """An element that may sit inside a sentence: inline all the way down."""
-    if _tag(el) is None:
-        return False
-    if _whole(el):
-        return True
-    return _tag(el) in _INLINE and all(_inline(c) for c in el)
+    if tag == "br":
+        return "space"
+    if tag in _WHOLE or (tag in _INLINE and untranslated):
+        return "whole"
+    if tag in _INLINE:
+        return "inline"
+    return "skip" if untranslated else "block"
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,11 @@ class RunTranslation:
     """
 
     sentences: list[tuple[str, str, list[tuple[int, int]] | None]]
+
+    @property
+    def text(self) -> str:
+        """The run's translation: its sentences' translations joined by single spaces."""
+        return " ".join(t.strip() for _, t, _ in self.sentences if t.strip())
 
 
 @dataclass(eq=False)
@@ -124,17 +133,32 @@ class HtmlDocument:
     """An HTML document or fragment, cut into runs of text to translate.
 
     Args:
-        markup: the HTML (a whole document when it starts with a doctype or ``<html>``).
+        markup: the HTML (a whole document when it starts with a doctype or ``<html>``), or an
+            element already parsed (any XML tree; :meth:`rebuild` then changes it in place).
         inline: keep sentences with inline markup whole (needs alignments); False: every text
             node is translated on its own.
+        kind: what each element is (:func:`html_kind`, the default, for HTML).
+        letters: translate only runs with a letter in them (a number, a date or a code alone
+            is left as it is: a file's tables keep their figures).
 
     Raises:
         lxml.etree.ParserError: markup that is no document at all (a lone doctype).
         HtmlLimitError: a run with more than :data:`MAX_INLINE_ELEMENTS` inline elements.
     """
 
-    def __init__(self, markup: str, *, inline: bool = True) -> None:
+    def __init__(
+        self, markup, *, inline: bool = True, kind=html_kind, letters: bool = False
+    ) -> None:
         self.inline = inline
+        self.letters = letters
+        self._kind = kind
+        self.runs: list[_Run] = []
+        self._inline_memo: dict = {}
+        if not isinstance(markup, str):
+            self.root, self.whole_document, self._doctype = markup, False, ""
+            self._visit(self.root)
+            self._inline_memo.clear()
+            return
         self.whole_document = bool(_DOCUMENT.match(markup))
         if self.whole_document:
             self.root = lxml.html.document_fromstring(markup)
@@ -144,8 +168,6 @@ class HtmlDocument:
         else:
             self.root = lxml.html.fragment_fromstring(markup, create_parent="div")
             self._doctype = ""
-        self.runs: list[_Run] = []
-        self._inline_memo: dict = {}
         self._visit(self.root)
         self._inline_memo.clear()
 
@@ -155,31 +177,53 @@ class HtmlDocument:
         return [r.text for r in self.runs]
 
     @property
+    def boundaries(self) -> list[tuple[int, ...]]:
+        """Per run, the word positions where its inline markup begins or ends (position k:
+        before word k of :attr:`texts`; empty: a run without inline markup)."""
+        out = []
+        for run in self.runs:
+            if not run.children:
+                out.append(())
+                continue
+            starts = [m.start() for m in _WORD.finditer(run.raw)]
+            offsets = [x for a, b in run.spans.values() for x in (a, b)]
+            offsets += [offset for _, offset in run.points]
+            out.append(tuple(sorted({bisect.bisect_left(starts, x) for x in offsets})))
+        return out
+
+    @property
     def needs_alignments(self) -> bool:
         """Whether some run holds inline markup (and so its translation needs alignments)."""
         return any(r.children for r in self.runs)
 
     # ---- reading ---------------------------------------------------------------------------
 
+    def _whole(self, el) -> bool:
+        return self._kind(el) in ("whole", "space")
+
+    def _inline(self, el) -> bool:
+        """An element that may sit inside a sentence: inline all the way down."""
+        kind = self._kind(el)
+        if kind in ("whole", "space"):
+            return True
+        return kind == "inline" and all(self._inline(c) for c in el)
+
     def _is_inline(self, el) -> bool:
-        """:func:`_inline`, remembered per element: a deep tree is walked once, not once per
+        """:meth:`_inline`, remembered per element: a deep tree is walked once, not once per
         level."""
         if not self.inline:
             return False
         known = self._inline_memo.get(el)
         if known is None:
-            tag = _tag(el)
-            if tag is None:
-                known = False
-            elif _whole(el):
-                known = True
-            else:
-                known = tag in _INLINE and all(self._is_inline(c) for c in el)
+            kind = self._kind(el)
+            known = kind in ("whole", "space") or (
+                kind == "inline" and all(self._is_inline(c) for c in el)
+            )
             self._inline_memo[el] = known
         return known
 
     def _visit(self, parent) -> None:
-        if _untranslated(parent) or (not self.inline and _whole(parent)):
+        if self._kind(parent) == "skip" or (not self.inline and self._whole(parent)):
             return
         run = _Run(parent, parent)
         for child in list(parent):
@@ -210,9 +254,9 @@ class HtmlDocument:
                     "(the limit per paragraph)"
                 )
             run.up[el] = container
-            if _whole(el):
+            if self._whole(el):
                 run.points.append((el, size))
-                if _tag(el) == "br":
+                if self._kind(el) == "space":
                     emit(" ")  # a line break separates words
                 return
             run.preorder.append(el)
@@ -228,7 +272,7 @@ class HtmlDocument:
             walk(child, None)
             emit(child.tail)
         run.raw = "".join(raw)
-        if run.text:
+        if run.text and (not self.letters or any(c.isalpha() for c in run.raw)):
             self.runs.append(run)
 
     # ---- writing ---------------------------------------------------------------------------
@@ -242,12 +286,16 @@ class HtmlDocument:
         Returns:
             The translated HTML.
         """
+        self.rebuild(translations)
+        return self._serialize()
+
+    def rebuild(self, translations: list[RunTranslation | None]) -> None:
+        """Replace each run by its translation in the tree (:attr:`root`), in place."""
         if len(translations) != len(self.runs):
             raise ValueError(f"{len(translations)} translations for {len(self.runs)} runs")
         for run, tr in zip(self.runs, translations):
             if tr is not None:
                 self._rebuild(run, tr)
-        return self._serialize()
 
     def _rebuild(self, run: _Run, tr: RunTranslation) -> None:
         lead = run.raw[: len(run.raw) - len(run.raw.lstrip())]
@@ -326,14 +374,16 @@ class HtmlDocument:
                 lo[container] = min(lo.get(container, lo[el]), lo[el])
                 hi[container] = max(hi.get(container, hi[el]), hi[el])
         spans: dict = {el: char_span(lo[el], hi[el]) if el in lo else None for el in run.spans}
+        spaced_end = set()
         padded = set()  # points with a space after them in the source, and before them here
         for el, offset in run.points:
             spans[el] = (point(offset), point(offset))
-            if (
-                run.raw[offset : offset + 1].isspace()
-                and text[spans[el][0] - 1 : spans[el][0]] == " "
+            if run.raw[offset : offset + 1].isspace() and (
+                text[spans[el][0] - 1 : spans[el][0]] == " " or spans[el][0] == 0 < len(text)
             ):
                 padded.add(el)
+            if run.raw[offset - 1 : offset].isspace() and 0 < spans[el][0] == len(text):
+                spaced_end.add(el)  # "word %s": the point ends the text, after a space
         for el, offset in ((e, run.spans[e][0]) for e in run.spans if spans[e] is None):
             spans[el] = (point(offset), point(offset))
 
@@ -352,8 +402,10 @@ class HtmlDocument:
                 b = min(max(b, a), end)
                 if at < a:
                     items.append((" " if pad and text[at] != " " else "") + text[at:a])
-                if not _whole(el):
+                if not self._whole(el):
                     _fill(el, place(el, a, b))
+                elif el in spaced_end and a == len(text):
+                    items.append(" ")
                 items.append(el)
                 at, pad = b, el in padded
             if at < end:
