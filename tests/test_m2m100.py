@@ -326,3 +326,132 @@ def test_scores_equal_transformers(family, request, tmp_path):
     assert [float(x.split("\t")[0]) for x in out] == pytest.approx(
         [s.log_prob for s in scores[:3]], abs=1e-4
     )
+
+
+TEXTS = [
+    "A man rides a bike.",
+    "  Two  dogs   run\tin the park.  ",
+    "\tTabs\tand trailing space ",
+    "ﬁne Ｈｅｌｌｏ ① ＡＢＣ ｶﾀｶﾅ",  # NFKC changes these
+    "A </s> man <unk> in <s> the <pad> snow",
+    "</s>",
+    "eng_Latn deu_Latn __en__ __de__ words",
+    "Ein Mann fährt Fahrrad über die Straße.",
+    "",
+]
+
+
+def _ids_equal(family: str, hf_dir: Path, model_dir: Path, *, target: bool = True) -> None:
+    from transformers import AutoTokenizer
+
+    from seq2seq.data import Tokenizer
+
+    theirs = AutoTokenizer.from_pretrained(hf_dir)
+    ours = Tokenizer.load(model_dir)
+    rows = ours.src_vocab_size - 1
+    assert ours.languages and len(ours.languages) == (100 if family == "m2m100" else 6)
+    for code in ours.languages:
+        assert theirs.convert_tokens_to_ids(_token(family, code)) != theirs.unk_token_id
+        theirs.src_lang, theirs.tgt_lang = code, code
+        src = theirs(TEXTS).input_ids
+        tgt = theirs(text_target=TEXTS).input_ids
+        mine = ours.encode_src(TEXTS)
+        assert [_folder_ids(ours.source_ids(r, code), rows) for r in mine] == src, code
+        lang = ours.language_id(code)
+        assert (
+            not target or [_folder_ids([lang, *r, 3], rows) for r in ours.encode_tgt(TEXTS)] == tgt
+        ), code
+
+
+@BOTH
+def test_tokenizer_ids_equal_transformers(family, request):
+    """Every language code as source and target, on strings with repeated, leading and
+    trailing spaces, tabs, NFKC-changed characters and special tokens in the text."""
+    hf_dir, model_dir, _, _ = request.getfixturevalue(family)
+    _ids_equal(family, hf_dir, model_dir)
+
+
+def test_nllb_legacy_behaviour(nllb, tmp_path):
+    """``legacy_behaviour: true`` in tokenizer_config.json: the source is
+    ``pieces </s> [src_lang]``, as NllbTokenizer writes it."""
+    import shutil
+
+    hf_dir = tmp_path / "legacy"
+    shutil.copytree(nllb[0], hf_dir)
+    config = json.loads((hf_dir / "tokenizer_config.json").read_text("utf-8"))
+    config["legacy_behaviour"] = True
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
+    _run("convert", "m2m100", str(hf_dir), "--out", str(tmp_path / "converted"))
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(hf_dir)("a").input_ids[-2:] == [
+        2,
+        AutoTokenizer.from_pretrained(hf_dir).convert_tokens_to_ids("eng_Latn"),
+    ]
+    # (the target stays [tgt_lang] pieces </s>: generate forces the language token first)
+    _ids_equal("nllb", hf_dir, tmp_path / "converted", target=False)
+
+
+def test_languages_cli_iso_codes_and_unknown(nllb, tmp_path):
+    """``--target-lang de`` is ``deu_Latn``; an unknown code is one line naming close ones."""
+    from seq2seq.data import libre_code, resolve_language
+
+    langs = NLLB_CODES
+    assert resolve_language("de", langs) == "deu_Latn"
+    assert resolve_language("DEU_latn", langs) == "deu_Latn"
+    assert (resolve_language("zh", langs), resolve_language("zt", langs)) == (
+        "zho_Hans",
+        "zho_Hant",
+    )
+    assert [libre_code(c, langs) for c in langs] == ["en", "de", "fr", "cs", "zh", "zt"]
+    _, model_dir, src, _ = nllb
+    (tmp_path / "in").write_text(src[0] + "\n", encoding="utf-8")
+    iso = _run("translate", str(model_dir), "-i", str(tmp_path / "in"), "--target-lang", "de")
+    own = _run("translate", str(model_dir), "-i", str(tmp_path / "in"), "--target-lang", "deu_Latn")
+    assert iso.stdout == own.stdout and iso.stdout.strip()
+    bad = _run(
+        "translate",
+        str(model_dir),
+        "-i",
+        str(tmp_path / "in"),
+        "--target-lang",
+        "deu_Latm",
+        check=False,
+    )
+    assert bad.returncode == 2 and "deu_Latn" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+def test_server_languages_auto_and_unknown(nllb):
+    """``/languages`` lists every model language with its LibreTranslate code; ``auto``
+    detects among them; an unknown code is a 400 naming close codes."""
+    from factories import run_app
+
+    from seq2seq.decode import Translator
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.served_model import model_info
+
+    _, model_dir, src, _ = nllb
+    translator = Translator.load(model_dir)
+    app = create_app(translator, info=model_info(translator, model_dir, "torch"))
+
+    async def main(client):
+        langs = await client.get("/languages")
+        ok = await client.post("/translate", json={"q": src[0], "source": "en", "target": "de"})
+        auto = await client.post(
+            "/translate", json={"q": src[1], "source": "auto", "target": "deu_Latn"}
+        )
+        bad = await client.post(
+            "/translate", json={"q": src[0], "source": "en", "target": "deu_Latm"}
+        )
+        return langs, ok, auto, bad
+
+    langs, ok, auto, bad = run_app(app, main)
+    codes = [x["code"] for x in langs.json()]
+    assert codes == ["en", "de", "fr", "cs", "zh", "zt"]
+    assert all(len(x["targets"]) == 5 for x in langs.json())
+    expected = translator.translate([src[0]], source_lang="eng_Latn", target_lang="deu_Latn")
+    assert ok.status_code == 200 and ok.json()["translatedText"] == expected[0]
+    assert auto.status_code == 200, auto.text
+    assert auto.json()["detectedLanguage"]["language"] == "en"
+    assert bad.status_code == 400 and "deu_Latn" in bad.json()["error"]
