@@ -456,3 +456,44 @@ def test_server_languages_auto_and_unknown(nllb):
     assert auto.status_code == 200, auto.text
     assert auto.json()["detectedLanguage"]["language"] == "en"
     assert bad.status_code == 400 and "deu_Latn" in bad.json()["error"]
+
+
+def _other_family(kind: str, folder: Path) -> None:
+    from transformers import MarianConfig, MBartConfig, T5Config
+
+    cls = {"mbart": MBartConfig, "t5": T5Config, "marian": MarianConfig}[kind]
+    cls(vocab_size=100, d_model=16).save_pretrained(folder)
+
+
+def _break(m2m100_dir: Path, folder: Path, how: str) -> str:
+    """A copy of the M2M100 folder, broken ``how``; returns what the message must name."""
+    import shutil
+
+    shutil.copytree(m2m100_dir, folder)
+    if how in ("mbart", "t5", "marian"):
+        (folder / "config.json").unlink()
+        _other_family(how, folder)
+        return "model_type"
+    if how == "rows":  # a tokenizer of more ids than the weights' rows
+        vocab = json.loads((folder / "vocab.json").read_text("utf-8"))
+        vocab.update({f"extra{i}": len(vocab) + i for i in range(50)})
+        (folder / "vocab.json").write_text(json.dumps(vocab), "utf-8")
+        return "do not belong together"
+    if how == "shard":
+        (folder / "model.safetensors").rename(folder / "inside.safetensors")
+        index = {"weight_map": {"model.shared.weight": "../model.safetensors"}}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index), "utf-8")
+        return "is not a file name"
+    (folder / "sentencepiece.bpe.model").unlink()
+    return "sentencepiece.bpe.model"
+
+
+@pytest.mark.parametrize("how", ["mbart", "t5", "marian", "rows", "shard", "no_tokenizer"])
+def test_bad_folders_are_one_line_and_write_nothing(how, m2m100, tmp_path):
+    want = _break(m2m100[0], tmp_path / "hf", how)
+    out = tmp_path / "out"
+    result = _run("convert", "m2m100", str(tmp_path / "hf"), "--out", str(out), check=False)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and want in lines[0], result.stderr
+    assert not out.exists()
