@@ -497,3 +497,39 @@ def test_bad_folders_are_one_line_and_write_nothing(how, m2m100, tmp_path):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and want in lines[0], result.stderr
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_fine_tune_carries_the_language_tokens(m2m100, tmp_path, mirror):
+    """``train --init-from`` a converted model: each training pair is ``[src_lang] pieces``
+    -> ``[tgt_lang] pieces`` (the collate adds ``</s>`` and the start), as transformers'
+    labels; the run keeps the tokenizer files and translates afterwards."""
+    from seq2seq.data.store import TokenStore
+    from seq2seq.decode import Translator
+
+    _, model_dir, _, _ = m2m100
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 40), ("val", 6)):
+        for lang in ("en", "de"):
+            lines = _lines(mirror, split, lang, n)
+            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = tmp_path / "ft"
+    _run(
+        "train", "--init-from", str(model_dir), "--out", str(run),
+        "data.corpus=files", "data.pair=en-de",
+        f"data.train_prefix={data}/train", f"data.valid_prefix={data}/val",
+        "data.max_tokens=300", "training.max_steps=2", "training.val_every_steps=2",
+        "training.warmup_steps=1", "training.accelerator=cpu", "training.devices=1",
+        "training.threads=1", "training.keep_last=1", "training.average_last=1",
+        "training.val_method=greedy",
+    )  # fmt: skip
+    for name in ("languages.json", "sentencepiece.bpe.model", "m2m100_vocab.json"):
+        assert (run / name).read_bytes() == (model_dir / name).read_bytes()
+    translator = Translator.load(run)
+    tok = translator.tokenizer
+    store = TokenStore(next(p.parent for p in run.rglob("header.json") if p.parent.name == "train"))
+    _, src, tgt = store[0]
+    assert int(src[0]) == tok.language_id("en") and int(tgt[0]) == tok.language_id("de")
+    assert list(src[1:]) == tok.encode_src([_lines(mirror, "train", "en", 1)[0]])[0]
+    assert translator.translate(["A dog runs."], target_lang="de")[0]
