@@ -533,3 +533,18 @@ def test_fine_tune_carries_the_language_tokens(m2m100, tmp_path, mirror):
     assert int(src[0]) == tok.language_id("en") and int(tgt[0]) == tok.language_id("de")
     assert list(src[1:]) == tok.encode_src([_lines(mirror, "train", "en", 1)[0]])[0]
     assert translator.translate(["A dog runs."], target_lang="de")[0]
+
+
+def test_terminology_after_the_language_token(nllb):
+    """A constraint holds in the output, behind the forced language token."""
+    from seq2seq.decode import Translator
+
+    _, model_dir, src, tgt = nllb
+    translator = _TRANSLATORS.setdefault(model_dir, Translator.load(model_dir))
+    plain = translator.translate(src[:1], target_lang="de", method="beam", beam_size=4)
+    word = next(w for w in tgt[5].split() if w not in plain[0] and w.isalpha())
+    out = translator.translate_nbest(
+        src[:1], target_lang="de", constraints=[[word]], method="beam", beam_size=4
+    )[0][0]
+    assert word in out.text
+    assert out.tokens[0] == translator.tokenizer.language_id("deu_Latn")
