@@ -24,6 +24,8 @@ _HOMES = {
     "check_finite": "directory",
     "check_out_dir": "directory",
     "convert_marian": "convert",
+    "convert_m2m100": "m2m100",
+    "m2m100_order": "m2m100",
     "build_model": "transformer",
     "marian_order": "marian",
     "to_marian_weights": "marian",

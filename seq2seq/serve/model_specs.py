@@ -114,6 +114,7 @@ def plan_model(spec: ModelSpec, search: Mapping[str, Any] | None = None) -> Plan
             a search option that is unknown or invalid for it.
     """
     from seq2seq.config import load_config
+    from seq2seq.data import LANGUAGES_FILE, libre_code, model_languages
     from seq2seq.decode import SearchOptions
     from seq2seq.serve.served_model import choose_engine
 
@@ -128,6 +129,13 @@ def plan_model(spec: ModelSpec, search: Mapping[str, Any] | None = None) -> Plan
     engine, folders = choose_engine(list(spec.folders), spec.engine)
     cfg = load_config(folders[0] / "config.yaml")
     directions = tuple(cfg.data.directions)
+    multilingual = bool(cfg.data.multilingual)
+    if (folders[0] / LANGUAGES_FILE).is_file():
+        # M2M100 / NLLB: any two of its languages, by their LibreTranslate codes
+        codes = model_languages(folders[0])
+        libre = [libre_code(c, codes) for c in codes]
+        directions = tuple((a, b) for a in libre for b in libre if a != b)
+        multilingual = True
     if not directions:
         raise UserError(f"{folders[0] / 'config.yaml'}: the model names no language direction")
     if spec.directions is not None:
@@ -157,7 +165,7 @@ def plan_model(spec: ModelSpec, search: Mapping[str, Any] | None = None) -> Plan
         engine=engine,
         folders=tuple(folders),
         directions=directions,
-        multilingual=bool(cfg.data.multilingual),
+        multilingual=multilingual,
         search=merged,
         preload=spec.preload,
     )
