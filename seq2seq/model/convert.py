@@ -35,12 +35,13 @@ from seq2seq.data import (
     read_vocab_map,
 )
 from seq2seq.model.directory import save_model_dir
-from seq2seq.model.hf_weights import read_hf_weights, read_json
+from seq2seq.model.hf_weights import HFWeights, read_hf_weights, read_json
 from seq2seq.model.marian import ACTIVATIONS, from_marian_weights, marian_shapes, our_order
 from seq2seq.model.transformer import build_model
 
 __all__ = ["convert_marian", "read_marian_config"]
 
+_read_json = read_json  # the converters' one JSON reader, under the name they import
 _LANG = re.compile(r"[A-Za-z]{2,3}([_-][A-Za-z0-9]+)?")
 
 
@@ -100,9 +101,21 @@ def read_marian_config(hf_dir: str | Path) -> dict:
     return cfg
 
 
-def _check_shapes(shapes: dict[str, tuple[int, ...]], expected: dict, weights: Path) -> None:
-    """Compare the folder's tensor shapes (``HFWeights.shapes``: headers, nothing read) with
+def _read_weights(hf_dir: Path) -> tuple[HFWeights, Path]:
+    """The folder's tensors (read lazily, :func:`~seq2seq.model.hf_weights.read_hf_weights`)
+    and the file that messages name."""
+    tensors = read_hf_weights(hf_dir)
+    return tensors, tensors.path
+
+
+def _check_shapes(
+    tensors: HFWeights | dict[str, torch.Tensor], expected: dict, weights: Path
+) -> None:
+    """Compare the folder's tensor shapes (an :class:`HFWeights`' headers: nothing read) with
     the config's."""
+    shapes = getattr(tensors, "shapes", None)
+    if shapes is None:
+        shapes = {k: tuple(v.shape) for k, v in tensors.items()}
     for name, shape in expected.items():
         if name == "model.shared.weight" and name not in shapes:
             name = "model.encoder.embed_tokens.weight"
@@ -232,8 +245,7 @@ def convert_marian(
         tgt_vocab, tgt_order = _vocabulary(
             tgt_path, ("decoder_vocab_size", n_tgt), pad=pad, eos=eos
         )
-    tensors = read_hf_weights(hf_dir)  # nothing read yet: shapes from the headers
-    weights_path = tensors.path
+    tensors, weights_path = _read_weights(hf_dir)  # nothing read yet: shapes from headers
     n_enc, n_dec = cfg["encoder_layers"], cfg["decoder_layers"]
     shapes = marian_shapes(
         vocab_size=cfg["vocab_size"],
@@ -244,7 +256,7 @@ def convert_marian(
         decoder_vocab_size=None if shared else n_tgt,
         tied=tied,
     )
-    _check_shapes(tensors.shapes, shapes, weights_path)
+    _check_shapes(tensors, shapes, weights_path)
     if cfg["d_model"] % cfg["encoder_attention_heads"]:
         raise UserError(f"{hf_dir / 'config.json'}: encoder_attention_heads must divide d_model")
     model_cfg = ModelConfig(

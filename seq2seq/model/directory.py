@@ -301,7 +301,7 @@ def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
             raise ModelDirError(f"{weights}: {name} has dtype {dtype}, not a floating type")
 
 
-_CHUNK = 1 << 24  # elements checked at a time: the check's temporaries stay small
+_CHUNK = 1 << 20  # elements checked at a time: the check's temporaries stay a few MB
 
 
 def _finite(weights: Path, name: str, tensor: torch.Tensor) -> torch.Tensor:
