@@ -21,12 +21,20 @@ def add_convert(sub) -> None:
         "or pytorch_model.bin (or their shards), source.spm, target.spm, vocab.json, and\n"
         "target_vocab.json with separate vocabularies) and writes a model directory that\n"
         "translate, score, evaluate, serve, export and train --init-from use like any other.\n"
-        "Nothing is downloaded; a folder that is not a convertible Marian model is refused and\n"
-        "nothing is written at --out.",
+        "`convert m2m100 HF_DIR` reads a local M2M100 or NLLB-200 folder (config.json, the\n"
+        "weights, and vocab.json + sentencepiece.bpe.model for M2M100 or tokenizer.json for\n"
+        "NLLB); translate it with --source-lang/--target-lang (en, de, eng_Latn, ...).\n"
+        "Nothing is downloaded; a folder that is not a convertible model of the kind is refused\n"
+        "and nothing is written at --out.",
         "seq2seq convert marian opus-mt-en-de --out runs/opus_en_de\n"
+        "seq2seq convert m2m100 nllb-200-distilled-600M --out runs/nllb600m\n"
         "seq2seq translate runs/opus_en_de -i test.en --beam 4",
     )
-    p.add_argument("kind", choices=["marian"], help="the kind of model (marian: OPUS-MT)")
+    p.add_argument(
+        "kind",
+        choices=["marian", "m2m100"],
+        help="the kind of model (marian: OPUS-MT; m2m100: M2M100 and NLLB-200)",
+    )
     p.add_argument("hf_dir", metavar="HF_DIR", help="the local Hugging Face model folder")
     p.add_argument("--out", required=True, metavar="MODEL_DIR", help="the directory to create")
     p.add_argument(
@@ -39,9 +47,10 @@ def add_convert(sub) -> None:
 
 
 def _run_convert(args) -> int:
-    from seq2seq.model import convert_marian
+    from seq2seq.model import convert_m2m100, convert_marian
 
     check_paths(input_dirs=[("HF_DIR", args.hf_dir)], replaced_dirs=[("--out", args.out)])
-    out = convert_marian(args.hf_dir, args.out, pair=args.pair, force=args.force)
+    convert = convert_m2m100 if args.kind == "m2m100" else convert_marian
+    out = convert(args.hf_dir, args.out, pair=args.pair, force=args.force)
     print(f"converted {args.hf_dir} -> {out}", file=sys.stderr)
     return 0

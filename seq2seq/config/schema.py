@@ -230,6 +230,9 @@ class ModelConfig:
     (Marian's: frequencies 10000 ** (-2i / d_model), sines in the first half, cosines in the
     second) or ``learned``."""
     max_positions: int = 1024
+    position_offset: int = 0
+    """The sinusoidal table's row that position 0 reads: position p reads row p + offset.
+    M2M100 and NLLB-200 models read row p + 2 (their ``padding_idx + 1``)."""
     share_embeddings: bool = True
     """Share source and target token embeddings (needs a joint vocabulary)."""
     tie_output: bool = True
@@ -263,6 +266,11 @@ class ModelConfig:
         _choice(prefix, "positions", self.positions, POSITIONS)
         _choice(prefix, "decoder_mask", self.decoder_mask, ("causal", "window", "block"))
         _at_least(prefix, self, 2, "max_positions")
+        _at_least(prefix, self, 0, "position_offset")
+        if self.position_offset and self.positions == "learned":
+            raise InvalidValue(
+                prefix + "position_offset", "applies to a sinusoidal table, not learned positions"
+            )
         _at_least(prefix, self, 1, "window", "block_size")
         _at_least(prefix, self, 0, "prev_blocks")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import sentencepiece as spm
 
 from seq2seq.core import UserError, atomic_open, sha256_file, sha256_files
+from seq2seq.data.lang_tokens import LANGUAGES_FILE, LanguageTokenizer, language_files
 from seq2seq.data.vocab_map import (
     TARGET_VOCAB_FILE,
     VOCAB_FILE,
@@ -307,6 +308,9 @@ def ensure_tokenizer(
         UserError: A model in ``out_dir`` that differs from what is asked for.
     """
     out_dir = Path(out_dir)
+    if spm_model is not None and (Path(spm_model) / LANGUAGES_FILE).is_file():  # M2M100/NLLB
+        adopt_vocab_map(out_dir, spm_model, language_files(spm_model))
+        return Tokenizer.load(out_dir, joint=False)
     if spm_model is not None and (Path(spm_model) / VOCAB_FILE).is_file():  # a converted model
         names = [SRC_MODEL, TGT_MODEL, VOCAB_FILE]
         names += [TARGET_VOCAB_FILE] if (Path(spm_model) / TARGET_VOCAB_FILE).is_file() else []
@@ -412,6 +416,12 @@ class Tokenizer:
             joint: Which kind to load; None detects it (an error when both kinds are present).
         """
         directory = Path(directory)
+        if joint is not True and (directory / LANGUAGES_FILE).is_file():  # M2M100 / NLLB
+            return LanguageTokenizer(
+                directory,
+                special_ids={"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID},
+                encode=_encode,
+            )
         if joint is not True and (directory / VOCAB_FILE).is_file():  # a converted model
             return VocabMapTokenizer(
                 src_model=directory / SRC_MODEL,

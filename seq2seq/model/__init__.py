@@ -22,6 +22,8 @@ _HOMES = {
     "attention_mask_from_pad": "masks",
     "block_causal_mask": "masks",
     "convert_marian": "convert",
+    "convert_m2m100": "m2m100",
+    "m2m100_order": "m2m100",
     "build_model": "transformer",
     "marian_order": "marian",
     "to_marian_weights": "marian",

@@ -39,7 +39,14 @@ from seq2seq.config import ConfigError, ExperimentConfig, dump_config, load_conf
 from seq2seq.core import UserError, atomic_open, sha256_file
 
 # a converted model's piece -> id maps, when it has them
-from seq2seq.data import TARGET_VOCAB_FILE, VOCAB_FILE
+from seq2seq.data import (
+    LANGUAGES_FILE,
+    M2M100_SPM,
+    M2M100_VOCAB,
+    NLLB_TOKENIZER,
+    TARGET_VOCAB_FILE,
+    VOCAB_FILE,
+)
 from seq2seq.model.tensor_files import SafetensorsReader, layout_of, write_safetensors
 from seq2seq.model.transformer import Seq2SeqTransformer, build_model
 
@@ -64,7 +71,15 @@ MANIFEST_FILE = "manifest.json"
 SPM_FILES = ("spm.model", "spm.src.model", "spm.tgt.model")
 PARENT_FILE = "parent.json"
 """A fine-tuned model's parent (path, manifest sha256; seq2seq/train/finetune.py), when it has one."""
-TOKENIZER_FILES = (*SPM_FILES, VOCAB_FILE, TARGET_VOCAB_FILE)
+TOKENIZER_FILES = (
+    *SPM_FILES,
+    VOCAB_FILE,
+    TARGET_VOCAB_FILE,
+    LANGUAGES_FILE,  # a converted M2M100 / NLLB model's (seq2seq.data.lang_tokens)
+    M2M100_SPM,
+    M2M100_VOCAB,
+    NLLB_TOKENIZER,
+)
 """Every tokenizer file a model directory may hold (those it has are in its manifest)."""
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 
@@ -358,7 +373,9 @@ def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu")
         message = str(e) if str(config_path) in str(e) else f"{config_path}: {e}"
         raise ModelDirError(message) from None
     listed = manifest["files"]
-    if SPM_FILES[0] in listed:
+    if LANGUAGES_FILE in listed:  # a converted M2M100 / NLLB model
+        joint = False
+    elif SPM_FILES[0] in listed:
         joint = True
     elif SPM_FILES[1] in listed and SPM_FILES[2] in listed:
         joint = False
@@ -367,7 +384,7 @@ def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu")
             f"{model_dir / MANIFEST_FILE} lists no SentencePiece model "
             f"({SPM_FILES[0]}, or {SPM_FILES[1]} and {SPM_FILES[2]})"
         )
-    for name in (VOCAB_FILE, TARGET_VOCAB_FILE):
+    for name in (VOCAB_FILE, TARGET_VOCAB_FILE, LANGUAGES_FILE):
         if (model_dir / name).is_file() and name not in listed:
             raise ModelDirError(f"{model_dir / name} is not listed in {MANIFEST_FILE}")
     tokenizer = Tokenizer.load(model_dir, joint=joint)  # only files the manifest verified

@@ -132,9 +132,10 @@ class TokenEmbedding(nn.Module):
 
 class PositionalEncoding(nn.Module):
     """Adds position information: a fixed sinusoidal table (``sinusoidal`` or
-    ``sinusoidal_marian``) or learned embeddings; positions count from 0."""
+    ``sinusoidal_marian``) or learned embeddings; positions count from 0. With ``offset``,
+    position p takes row p + offset of the sinusoidal table (``weight`` holds those rows)."""
 
-    def __init__(self, *, kind: str, max_positions: int, d_model: int) -> None:
+    def __init__(self, *, kind: str, max_positions: int, d_model: int, offset: int = 0) -> None:
         super().__init__()
         if kind not in (*_TABLES, "learned"):
             raise ValueError(
@@ -148,7 +149,8 @@ class PositionalEncoding(nn.Module):
         else:
             table = torch.empty(max_positions, d_model)
             if not table.is_meta:  # (a shapes-only model: nothing to compute, see init_embedding)
-                table = _TABLES[kind](max_positions, d_model)
+                # position p reads row p + offset of the table (M2M100's padding_idx + 1)
+                table = _TABLES[kind](max_positions + offset, d_model)[offset:].contiguous()
             self.register_buffer("weight", table, persistent=False)
 
     def forward(self, length: int, offset: int = 0) -> Tensor:

@@ -60,6 +60,7 @@ class Seq2SeqTransformer(nn.Module):
         norm_first: bool = True,
         positions: str = "sinusoidal",
         max_positions: int = 1024,
+        position_offset: int = 0,
         share_embeddings: bool = True,
         tie_output: bool = True,
         scale_embeddings: bool = True,
@@ -104,7 +105,10 @@ class Seq2SeqTransformer(nn.Module):
         self.encoder = Encoder(
             embedding=src_embed,
             positions=PositionalEncoding(
-                kind=positions, max_positions=max_positions, d_model=d_model
+                kind=positions,
+                max_positions=max_positions,
+                d_model=d_model,
+                offset=position_offset,
             ),
             n_layers=n_encoder_layers,
             **common,
@@ -112,7 +116,10 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder = Decoder(
             embedding=tgt_embed,
             positions=PositionalEncoding(
-                kind=positions, max_positions=max_positions, d_model=d_model
+                kind=positions,
+                max_positions=max_positions,
+                d_model=d_model,
+                offset=position_offset,
             ),
             n_layers=n_decoder_layers,
             self_mask=decoder_mask,
@@ -279,6 +286,7 @@ def build_model(
         norm_first=cfg.norm_first,
         positions=cfg.positions,
         max_positions=cfg.max_positions,
+        position_offset=cfg.position_offset,
         share_embeddings=cfg.share_embeddings,
         tie_output=cfg.tie_output,
         scale_embeddings=cfg.scale_embeddings,
