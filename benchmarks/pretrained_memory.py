@@ -76,9 +76,19 @@ def build_m2m100(root: Path, out: Path) -> None:
     out.mkdir(parents=True)
     work = out.parent / "spm"
     work.mkdir(exist_ok=True)
-    tok = NllbTokenizer(vocab_file=str(_padded_spm(root, work, SPM_PIECES)))
+    shutil.copyfile(_padded_spm(root, work, SPM_PIECES), out / "sentencepiece.bpe.model")
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    tok = NllbTokenizer.from_pretrained(  # NLLB-200's 202 language codes, in its order
+        str(out),
+        additional_special_tokens=list(FAIRSEQ_LANGUAGE_CODES),
+        src_lang="eng_Latn",
+        tgt_lang="deu_Latn",
+    )
     assert tok.convert_tokens_to_ids("eng_Latn") != tok.unk_token_id
+    assert len(tok) > SPM_PIECES, len(tok)  # the pieces and the language codes
     tok.save_pretrained(out)
+    (out / "sentencepiece.bpe.model").unlink()  # the tokenizer.json holds it all
     config = M2M100Config(
         vocab_size=ROWS,
         d_model=SHAPE["d_model"],
