@@ -3,8 +3,8 @@
 Each fixture builds a small ``M2M100ForConditionalGeneration`` with transformers' own classes
 (d_model 64, 2+2 layers, ReLU, pre-norm), a BPE SentencePiece model trained on Multi30K lines,
 and the family's tokenizer (``M2M100Tokenizer`` with vocab.json, or ``NllbTokenizer`` with a
-tokenizer.json that holds the language codes), trains it a few hundred steps on en->de and
-de->en (labels ``[tgt_lang] pieces </s>``, the decoder starting from ``</s>``) so that its
+tokenizer.json that holds the language codes), trains it a few hundred steps on en->de
+(labels ``[tgt_lang] pieces </s>``, the decoder starting from ``</s>``) so that its
 outputs stop and differ, saves it with save_pretrained and converts it once per session. No
 hub access: HF_HUB_OFFLINE=1 throughout.
 """
@@ -137,15 +137,12 @@ def _build(root: Path, mirror: Path, family: str):
     )
     torch.manual_seed(0)
     model = M2M100ForConditionalGeneration(config)
-    batches = []
-    for s_lang, t_lang, s_text, t_text in ((src, tgt, en, de), (tgt, src, de, en)):
-        tok.src_lang, tok.tgt_lang = s_lang, t_lang
-        batches.append(tok(s_text, text_target=t_text, padding=True, return_tensors="pt"))
+    tok.src_lang, tok.tgt_lang = src, tgt
+    data = tok(en, text_target=de, padding=True, return_tensors="pt")
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
     model.train()
     g = torch.Generator().manual_seed(0)
-    for step in range(STEPS):
-        data = batches[step % 2]
+    for _ in range(STEPS):
         idx = torch.randint(0, N_TRAIN, (24,), generator=g)
         ids, mask, labels = (data[k][idx] for k in ("input_ids", "attention_mask", "labels"))
         s_len, t_len = int(mask.sum(1).max()), int(labels.ne(1).sum(1).max())
@@ -217,3 +214,244 @@ def test_logits_equal_transformers(family, request):
         hf_lp = theirs[i, :n].gather(1, labels[i, :n, None])[:, 0]
         our_lp = lp.gather(1, torch.tensor(tgt_ids[i])[:, None])[:, 0]
         torch.testing.assert_close(our_lp, hf_lp, atol=1e-4, rtol=0)
+
+
+def _hf_generate(family: str, hf_dir: Path, sentences: list[str], beams: int, tgt_lang: str):
+    """transformers' output ids (forced language token first, no start, no EOS/padding)."""
+    model, tok = _hf(hf_dir)
+    tok.src_lang = LANG[family][0]
+    batch = tok(sentences, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        out = model.generate(
+            **batch,
+            forced_bos_token_id=tok.convert_tokens_to_ids(_token(family, tgt_lang)),
+            num_beams=beams,
+            do_sample=False,
+            early_stopping=True,
+            length_penalty=1.0,
+            max_new_tokens=MAX_NEW,
+        )
+    assert out.size(1) < MAX_NEW + 1  # every output ended with </s> before the length limit
+    return [[t for t in row if t not in (1, 2)] for row in out.tolist()]
+
+
+def _token(family: str, code: str) -> str:
+    return f"__{code}__" if family == "m2m100" else code
+
+
+def _folder_ids(ours: list[int], rows: int) -> list[int]:
+    """Our ids -> the folder's (seq2seq.data.lang_tokens.our_id, inverted)."""
+    back = {0: 1, 1: 3, 3: 2, rows: 0}
+    return [back.get(i, i) for i in ours]
+
+
+_TRANSLATORS: dict = {}
+
+
+def _ours(family, model_dir: Path, sentences, *, beams: int, tgt_lang: str):
+    from seq2seq.decode import Translator
+
+    translator = _TRANSLATORS.setdefault(model_dir, Translator.load(model_dir))
+    method = {"method": "greedy"} if beams == 1 else {"method": "beam", "beam_size": beams}
+    out = translator.translate_nbest(
+        sentences,
+        source_lang=LANG[family][0],
+        target_lang=tgt_lang,
+        max_len_a=0.0,
+        max_len_b=MAX_NEW - 1,
+        len_penalty=1.0,
+        nbest=1,
+        **method,
+    )
+    rows = translator.tokenizer.src_vocab_size - 1
+    return [_folder_ids([t for t in r[0].tokens if t != 3], rows) for r in out], out
+
+
+@BOTH
+@pytest.mark.parametrize("beams", [1, 4])
+def test_outputs_equal_generate(family, beams, request):
+    """Greedy and beam-4 outputs equal transformers' generate (forced target language)."""
+    hf_dir, model_dir, src, _ = request.getfixturevalue(family)
+    tgt_lang = LANG[family][1]
+    theirs = _hf_generate(family, hf_dir, src, beams, tgt_lang)
+    ours, out = _ours(family, model_dir, src, beams=beams, tgt_lang=tgt_lang)
+    assert ours == theirs
+    assert len({tuple(r) for r in ours}) > N_TEST // 2  # a trained model: outputs differ
+    lang = _TRANSLATORS[model_dir].tokenizer.language_id(tgt_lang)
+    assert all(r[0].tokens[0] == lang and r[0].token_scores[0] == 0.0 for r in out)
+    assert all(r[0].text and _token(family, tgt_lang) not in r[0].text for r in out)
+
+
+@BOTH
+def test_scores_equal_transformers(family, request, tmp_path):
+    """``seq2seq score`` (forced decoding): the language token forced (0), then each piece
+    and EOS with transformers' log-probability, within 1e-4."""
+    from seq2seq.decode import Scorer
+
+    hf_dir, model_dir, src, tgt = request.getfixturevalue(family)
+    model, tok = _hf(hf_dir)
+    s_lang, t_lang = LANG[family]
+    tok.src_lang, tok.tgt_lang = s_lang, t_lang
+    batch = tok(src, text_target=tgt, padding=True, return_tensors="pt")
+    labels = batch["labels"]
+    with torch.no_grad():
+        lp = model(
+            input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=labels
+        ).logits.log_softmax(-1)
+    scorer = Scorer.load(model_dir)
+    scorer.set_direction(s_lang, t_lang)
+    scores = scorer.score(src, tgt)
+    for i, s in enumerate(scores):
+        n = int(labels[i].ne(1).sum())
+        theirs = lp[i, :n].gather(1, labels[i, :n, None])[:, 0].tolist()
+        assert s.n_tokens == n
+        assert s.token_log_probs[0] == 0.0  # the forced language token
+        torch.testing.assert_close(
+            torch.tensor(s.token_log_probs[1:]), torch.tensor(theirs[1:]), atol=1e-4, rtol=0
+        )
+    (tmp_path / "s").write_text("\n".join(src[:3]) + "\n", encoding="utf-8")
+    (tmp_path / "t").write_text("\n".join(tgt[:3]) + "\n", encoding="utf-8")
+    out = _run(
+        "score",
+        str(model_dir),
+        "--src",
+        str(tmp_path / "s"),
+        "--tgt",
+        str(tmp_path / "t"),
+        "--source-lang",
+        s_lang,
+        "--target-lang",
+        t_lang,
+    ).stdout.splitlines()
+    assert [float(x.split("\t")[0]) for x in out] == pytest.approx(
+        [s.log_prob for s in scores[:3]], abs=1e-4
+    )
+
+
+TEXTS = [
+    "A man rides a bike.",
+    "  Two  dogs   run\tin the park.  ",
+    "\tTabs\tand trailing space ",
+    "ﬁne Ｈｅｌｌｏ ① ＡＢＣ ｶﾀｶﾅ",  # NFKC changes these
+    "A </s> man <unk> in <s> the <pad> snow",
+    "</s>",
+    "eng_Latn deu_Latn __en__ __de__ words",
+    "Ein Mann fährt Fahrrad über die Straße.",
+    "",
+]
+
+
+def _ids_equal(family: str, hf_dir: Path, model_dir: Path, *, target: bool = True) -> None:
+    from transformers import AutoTokenizer
+
+    from seq2seq.data import Tokenizer
+
+    theirs = AutoTokenizer.from_pretrained(hf_dir)
+    ours = Tokenizer.load(model_dir)
+    rows = ours.src_vocab_size - 1
+    assert ours.languages and len(ours.languages) == (100 if family == "m2m100" else 6)
+    for code in ours.languages:
+        assert theirs.convert_tokens_to_ids(_token(family, code)) != theirs.unk_token_id
+        theirs.src_lang, theirs.tgt_lang = code, code
+        src = theirs(TEXTS).input_ids
+        tgt = theirs(text_target=TEXTS).input_ids
+        mine = ours.encode_src(TEXTS)
+        assert [_folder_ids(ours.source_ids(r, code), rows) for r in mine] == src, code
+        lang = ours.language_id(code)
+        assert (
+            not target or [_folder_ids([lang, *r, 3], rows) for r in ours.encode_tgt(TEXTS)] == tgt
+        ), code
+
+
+@BOTH
+def test_tokenizer_ids_equal_transformers(family, request):
+    """Every language code as source and target, on strings with repeated, leading and
+    trailing spaces, tabs, NFKC-changed characters and special tokens in the text."""
+    hf_dir, model_dir, _, _ = request.getfixturevalue(family)
+    _ids_equal(family, hf_dir, model_dir)
+
+
+def test_nllb_legacy_behaviour(nllb, tmp_path):
+    """``legacy_behaviour: true`` in tokenizer_config.json: the source is
+    ``pieces </s> [src_lang]``, as NllbTokenizer writes it."""
+    import shutil
+
+    hf_dir = tmp_path / "legacy"
+    shutil.copytree(nllb[0], hf_dir)
+    config = json.loads((hf_dir / "tokenizer_config.json").read_text("utf-8"))
+    config["legacy_behaviour"] = True
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(config), "utf-8")
+    _run("convert", "m2m100", str(hf_dir), "--out", str(tmp_path / "converted"))
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(hf_dir)("a").input_ids[-2:] == [
+        2,
+        AutoTokenizer.from_pretrained(hf_dir).convert_tokens_to_ids("eng_Latn"),
+    ]
+    # (the target stays [tgt_lang] pieces </s>: generate forces the language token first)
+    _ids_equal("nllb", hf_dir, tmp_path / "converted", target=False)
+
+
+def test_languages_cli_iso_codes_and_unknown(nllb, tmp_path):
+    """``--target-lang de`` is ``deu_Latn``; an unknown code is one line naming close ones."""
+    from seq2seq.data import libre_code, resolve_language
+
+    langs = NLLB_CODES
+    assert resolve_language("de", langs) == "deu_Latn"
+    assert resolve_language("DEU_latn", langs) == "deu_Latn"
+    assert (resolve_language("zh", langs), resolve_language("zt", langs)) == (
+        "zho_Hans",
+        "zho_Hant",
+    )
+    assert [libre_code(c, langs) for c in langs] == ["en", "de", "fr", "cs", "zh", "zt"]
+    _, model_dir, src, _ = nllb
+    (tmp_path / "in").write_text(src[0] + "\n", encoding="utf-8")
+    iso = _run("translate", str(model_dir), "-i", str(tmp_path / "in"), "--target-lang", "de")
+    own = _run("translate", str(model_dir), "-i", str(tmp_path / "in"), "--target-lang", "deu_Latn")
+    assert iso.stdout == own.stdout and iso.stdout.strip()
+    bad = _run(
+        "translate",
+        str(model_dir),
+        "-i",
+        str(tmp_path / "in"),
+        "--target-lang",
+        "deu_Latm",
+        check=False,
+    )
+    assert bad.returncode == 2 and "deu_Latn" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+
+
+def test_server_languages_auto_and_unknown(nllb):
+    """``/languages`` lists every model language with its LibreTranslate code; ``auto``
+    detects among them; an unknown code is a 400 naming close codes."""
+    from factories import run_app
+
+    from seq2seq.decode import Translator
+    from seq2seq.serve.app import create_app
+    from seq2seq.serve.served_model import model_info
+
+    _, model_dir, src, _ = nllb
+    translator = Translator.load(model_dir)
+    app = create_app(translator, info=model_info(translator, model_dir, "torch"))
+
+    async def main(client):
+        langs = await client.get("/languages")
+        ok = await client.post("/translate", json={"q": src[0], "source": "en", "target": "de"})
+        auto = await client.post(
+            "/translate", json={"q": src[1], "source": "auto", "target": "deu_Latn"}
+        )
+        bad = await client.post(
+            "/translate", json={"q": src[0], "source": "en", "target": "deu_Latm"}
+        )
+        return langs, ok, auto, bad
+
+    langs, ok, auto, bad = run_app(app, main)
+    codes = [x["code"] for x in langs.json()]
+    assert codes == ["en", "de", "fr", "cs", "zh", "zt"]
+    assert all(len(x["targets"]) == 5 for x in langs.json())
+    expected = translator.translate([src[0]], source_lang="eng_Latn", target_lang="deu_Latn")
+    assert ok.status_code == 200 and ok.json()["translatedText"] == expected[0]
+    assert auto.status_code == 200, auto.text
+    assert auto.json()["detectedLanguage"]["language"] == "en"
+    assert bad.status_code == 400 and "deu_Latn" in bad.json()["error"]

@@ -21,6 +21,8 @@ _HOMES = {
     "VocabMapTokenizer": "vocab_map",
     "LANGUAGES_FILE": "lang_tokens",
     "LanguageTokenizer": "lang_tokens",
+    "libre_code": "lang_codes",
+    "resolve_language": "lang_codes",
     "M2M100_SPM": "lang_tokens",
     "M2M100_VOCAB": "lang_tokens",
     "NLLB_TOKENIZER": "lang_tokens",

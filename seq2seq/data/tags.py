@@ -15,7 +15,7 @@ A bilingual model has no tags: its sources are encoded exactly as they always we
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from seq2seq.core import UserError
 
@@ -60,6 +60,8 @@ def resolve_direction(
     directions: tuple[tuple[str, str], ...],
     source_lang: str | None = None,
     target_lang: str | None = None,
+    *,
+    languages: Sequence[str] = (),
 ) -> tuple[str | None, str | None]:
     """The direction a request asks a model for, checked against the ones it knows.
 
@@ -78,10 +80,17 @@ def resolve_direction(
         ``(source, target)``, lowercased; the source stays None when it is not given and
         several directions lead to the target.
 
+        languages: The codes of a many-language model (M2M100, NLLB-200: every direction
+            between them); each language is then resolved among them
+            (:func:`seq2seq.data.lang_codes.resolve_language`: the model's code or ISO 639-1),
+            and one left out is the one of the model's first direction.
+
     Raises:
         UserError: A direction (or language) the model does not know, or a request that
             leaves the target open; one line listing the directions the model knows.
     """
+    if languages:
+        return _resolve_among(languages, directions, source_lang, target_lang)
     src = source_lang.strip().lower() if source_lang else None
     tgt = target_lang.strip().lower() if target_lang else None
     if not directions:
@@ -98,3 +107,24 @@ def resolve_direction(
         raise UserError(f"give the target language (--target-lang); {known}")
     sources = {s for s, _ in fits}
     return (src or (sources.pop() if len(sources) == 1 else None)), targets.pop()
+
+
+def _resolve_among(
+    languages: Sequence[str],
+    directions: tuple[tuple[str, str], ...],
+    source_lang: str | None,
+    target_lang: str | None,
+) -> tuple[str, str]:
+    from seq2seq.data.lang_codes import resolve_language
+
+    default = directions[0] if directions else (None, None)
+    out = []
+    for given, fallback, what in (
+        (source_lang, default[0], "source language"),
+        (target_lang, default[1], "target language"),
+    ):
+        code = given if given and given.strip() else fallback
+        if code is None:
+            raise UserError(f"give the {what} (--{what.split()[0]}-lang)")
+        out.append(resolve_language(code, languages, what=what))
+    return out[0], out[1]

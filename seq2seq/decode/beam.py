@@ -232,7 +232,7 @@ def beam_search(
     )
     max_len_list = max_lens.tolist()
     finalized: list[list[Hypothesis]] = [[] for _ in range(batch_size)]
-    plen = [0] * batch_size if cstate is None else cstate.prefix_list
+    plen = [0] * batch_size if cstate is None else cstate.given_list
     rules = dict(
         eos_id=eos_id,
         pad_id=pad_id,

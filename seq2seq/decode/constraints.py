@@ -60,12 +60,17 @@ class Constraints:
         include: phrases that must each appear in the output.
         ordered: the ``include`` phrases appear in this order, each after the previous ended.
         avoid: phrases that must never appear (a prefix may not contain one).
+        counted: see the attribute's note.
     """
 
     prefix: tuple[int, ...] = ()
     include: tuple[tuple[int, ...], ...] = ()
     ordered: bool = False
     avoid: tuple[tuple[int, ...], ...] = ()
+    counted: int = 0
+    """The first ``counted`` prefix tokens count as generated tokens in the length
+    normalization (a many-language model's forced target-language token, which transformers'
+    ``generate`` counts); the rest of the prefix is given, not counted."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prefix", _phrase(self.prefix))
@@ -261,7 +266,10 @@ class ConstraintState:
     next_phrase: Tensor
     avoid_prog: Tensor
     prefix_list: list[int] = field(default_factory=list)
-    """Prefix length per sentence (Python ints, for the score normalization)."""
+    """Prefix length per sentence (Python ints)."""
+    given_list: list[int] = field(default_factory=list)
+    """Prefix tokens per sentence that the score normalization does not count (the prefix
+    less its :attr:`Constraints.counted` tokens)."""
     total_max: int = 0
     """The most include tokens of a sentence (a Python int: no device sync per step)."""
 
@@ -299,6 +307,7 @@ class ConstraintState:
             next_phrase=torch.zeros(B, dtype=torch.long, device=device),
             avoid_prog=torch.zeros((B, avoid.count), dtype=torch.long, device=device),
             prefix_list=[len(c.prefix) for c in constraints],
+            given_list=[len(c.prefix) - c.counted for c in constraints],
             total_max=max((c.include_tokens for c in constraints), default=0),
         )
 

@@ -270,8 +270,8 @@ class CTranslate2Engine:
                 out[i] = hyps
         for i, hyps in enumerate(out):
             for h in hyps:
-                if prefixes is not None:
-                    h.prefix_len = len(prefixes[i])
+                if prefixes is not None:  # (counted tokens: a forced language token)
+                    h.prefix_len = len(prefixes[i]) - constraints[i].counted
                 if not h.tokens or h.tokens[-1] != self.eos_id:
                     h.tokens.append(self.eos_id)  # the torch engine forces EOS at the max length
                     truncated.add(id(h))

@@ -83,7 +83,7 @@ def decode_one_each(
     cstate, max_lens = start_constraints(
         constraints, max_lens, dev, no_repeat_ngram=no_repeat_ngram
     )
-    plen = [0] * batch_size if cstate is None else cstate.prefix_list
+    plen = [0] * batch_size if cstate is None else cstate.given_list
     results: list[Hypothesis | None] = [None] * batch_size
     alive = torch.arange(batch_size, device=dev)  # (N,) sentence id of each row
     first = prefix_pass(step, state, cstate, bos_id=bos_id, device=dev, attention=attention)

@@ -9,6 +9,10 @@ scored with ONE teacher-forced forward pass (the training forward, no search) an
   the score of a beam search's own output is the score the search reported for it;
 - ``n_tokens``: target pieces + EOS (the start token is not counted).
 
+A many-language model (M2M100, NLLB-200) reads ``[src_lang] pieces </s>`` and is scored on
+``[tgt_lang] pieces </s>``: the language token is forced, as ``generate`` forces it, so its
+log-probability is 0 and it counts as a token, as in the search.
+
 An ensemble's token log-probability is the log of the members' mean probability, the rule the
 ensemble's search uses (:func:`seq2seq.decode.ensemble.combine_log_probs`). Sources are encoded and
 truncated as :class:`~seq2seq.decode.translator.Translator` does (an empty source is EOS alone); a
@@ -95,14 +99,25 @@ class Scorer:
         self.max_positions = min(m.max_positions for m in self.models)
         self.pad_id, self.bos_id, self.eos_id = PAD_ID, BOS_ID, EOS_ID
         self.target_lang: str | None = None  # a multilingual model's tag (set_direction)
+        # a many-language model's (M2M100, NLLB) language codes and its direction
+        self.languages = list(getattr(tokenizer, "languages", ()))
+        self.lang_pair: tuple[str, str] | None = None
+        if self.languages:
+            self.set_direction(None, None)
 
     def set_direction(self, source_lang: str | None, target_lang: str | None) -> None:
         """Check the direction against the model's (seq2seq.data.resolve_direction); a
-        multilingual model then reads each source behind the target's tag."""
+        multilingual model then reads each source behind the target's tag, a many-language
+        model ``[src_lang] pieces </s>`` and its target ``[tgt_lang] pieces </s>``."""
         from seq2seq.data import resolve_direction
 
         directions = self.cfg.data.directions if self.cfg is not None else ()
-        _, target = resolve_direction(directions, source_lang, target_lang)
+        source, target = resolve_direction(
+            directions, source_lang, target_lang, languages=self.languages
+        )
+        if self.languages:
+            self.lang_pair = (source, target)
+            return
         multilingual = self.cfg is not None and self.cfg.data.multilingual
         self.target_lang = target if multilingual else None
 
@@ -188,6 +203,8 @@ class Scorer:
         DecodingConfig.check_value("len_penalty", len_penalty)
         scores = []
         for lps in self.token_log_probs(src, tgt):
+            if self.lang_pair is not None:  # the language token is forced, as generate does
+                lps = [0.0, *lps[1:]]
             total = float(sum(lps))
             scores.append(PairScore(total, total / len(lps) ** len_penalty, len(lps), lps))
         return scores
@@ -214,6 +231,8 @@ class Scorer:
             )
         src, tgt = [], []
         limit = self.max_positions - 1
+        extra = 0 if self.lang_pair is None else 1  # the language token of each side
+        limit -= extra
         if self.target_lang is not None:
             from seq2seq.data import tag_source
 
@@ -223,6 +242,9 @@ class Scorer:
                 if on_truncated is not None:
                     on_truncated(i + 1, len(ids) + 1)
                 ids = ids[:limit]
+            if self.lang_pair is not None:
+                src.append(self.tokenizer.source_ids(ids, self.lang_pair[0]))
+                continue
             src.append([*ids, self.eos_id])
         for i, ids in enumerate(self.tokenizer.encode_tgt(tgt_text) if tgt_text else []):
             if len(ids) > limit:
@@ -230,6 +252,8 @@ class Scorer:
                     f"{names[1]}:{i + 1}: {len(ids)} target pieces; the model's decoder sees "
                     f"at most {limit} before EOS"
                 )
+            if self.lang_pair is not None:
+                ids = [self.tokenizer.language_id(self.lang_pair[1]), *ids]
             tgt.append([*ids, self.eos_id])
         return src, tgt
 

@@ -18,6 +18,7 @@ The command-line side (reading lines, ``seq2seq translate``'s loop) is
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -141,25 +142,57 @@ class Translator:
         )
 
     def encode(
-        self, sentences: list[str], *, on_truncated: TruncationCallback | None = None
+        self,
+        sentences: list[str],
+        *,
+        on_truncated: TruncationCallback | None = None,
+        source_lang: str | None = None,
     ) -> list[list[int]]:
         """Source ids (pieces + EOS) per sentence; [] for a sentence without any piece.
 
         Over-long sentences keep their first ``max_src_positions - 1`` pieces + EOS and are
-        reported through ``on_truncated(line_no, n_tokens)`` (default: a warning).
+        reported through ``on_truncated(line_no, n_tokens)`` (default: a warning). A
+        many-language model's source also carries the language token of ``source_lang``
+        (the model's code): ``[lang] pieces </s>`` (:attr:`languages`).
         """
         report = on_truncated or _warn_truncated
         out = []
+        extra = 1 if self.languages else 0  # the source's language token
         pieces = self.tokenizer.encode_src(list(sentences)) if sentences else []
         for i, ids in enumerate(pieces):
             if not ids:
                 out.append([])
                 continue
-            if len(ids) + 1 > self.max_src_positions:
-                report(i + 1, len(ids) + 1)
-                ids = ids[: self.max_src_positions - 1]
-            out.append(list(ids) + [self.eos_id])
+            if len(ids) + 1 + extra > self.max_src_positions:
+                report(i + 1, len(ids) + 1 + extra)
+                ids = ids[: self.max_src_positions - 1 - extra]
+            if extra:
+                out.append(self.tokenizer.source_ids(ids, source_lang))
+            else:
+                out.append(list(ids) + [self.eos_id])
         return out
+
+    @property
+    def languages(self) -> list[str]:
+        """A many-language model's codes (M2M100, NLLB-200: language tokens of its
+        vocabulary, :mod:`seq2seq.data.lang_tokens`); [] for any other model."""
+        return list(getattr(self.tokenizer, "languages", ()))
+
+    def language_prefix(
+        self, constraints: list[Constraints] | None, n: int, target_lang: str
+    ) -> list[Constraints] | None:
+        """A many-language model's constraints: the target's language token forced first,
+        counted as a generated token (transformers' forced BOS: log-probability 0), before
+        any prefix of the user's. Other models: ``constraints`` as they are."""
+        if not self.languages:
+            return constraints
+        lang = self.tokenizer.language_id(target_lang)
+        if constraints is None:
+            return [Constraints(prefix=(lang,), counted=1) for _ in range(n)]
+        return [
+            dataclasses.replace(c, prefix=(lang, *c.prefix), counted=c.counted + 1)
+            for c in constraints
+        ]
 
     def translate_nbest(
         self,
@@ -207,7 +240,10 @@ class Translator:
         opts = self.opts.replace(**overrides) if overrides else self.opts
         name = where or _sentence_name
         tagged = self.tag(sentences, source_lang=source_lang, target_lang=target_lang)
-        src = self.encode(tagged, on_truncated=on_truncated)
+        if source_lang is None and target_lang is None:
+            source_lang, target_lang = self.source_lang, self.target_lang
+        src_lang, tgt_lang = self.direction(source_lang, target_lang)
+        src = self.encode(tagged, on_truncated=on_truncated, source_lang=src_lang)
         cons = self.constraints_for(
             sentences,
             constraints=constraints,
@@ -218,6 +254,8 @@ class Translator:
             no_repeat_ngram=opts.no_repeat_ngram,
             where=where,
         )
+        if self.languages:
+            cons = self.language_prefix(cons, len(sentences), tgt_lang)
         results: list[list[Translation]] = [[Translation("", 0.0, [])] * opts.nbest for _ in src]
         todo = [i for i, ids in enumerate(src) if ids]
         # An engine that splits batches itself takes larger calls (Engine.batches_per_call).
@@ -242,6 +280,8 @@ class Translator:
                 results[i] = flat[start : start + len(sent_hyps)]
                 if alignments:
                     skip = int(tagged[i] is not sentences[i])  # the tag's column
+                    if self.languages and not self.tokenizer.legacy:
+                        skip = 1  # the source's language token
                     results[i] = self._align(tagged[i], src[i], sent_hyps, results[i], skip)
                 start += len(sent_hyps)
         if alignments:  # empty sentences: nothing to align
@@ -261,12 +301,17 @@ class Translator:
         from seq2seq.decode.alignments import align_pieces
 
         src_pieces = self.tokenizer.src_pieces(sentence)[: len(src) - 1]  # as encoded, no EOS
+        if self.languages:  # the language token, before the pieces or (legacy) after EOS
+            src_pieces = ["<lang>", *src_pieces] if skip else src_pieces
+        lead = 1 if self.languages else 0  # the target's forced language token
         aligned = []
         for h, t in zip(hyps, out):
             if h.attention is None:
                 raise UserError("this engine returns no attention: no alignments")
-            tgt_pieces = self.tokenizer.tgt_pieces([x for x in h.tokens if x != self.eos_id])
+            tokens = [x for x in h.tokens if x != self.eos_id][lead:]
+            tgt_pieces = self.tokenizer.tgt_pieces(tokens)
             rows = h.attention.tolist() if hasattr(h.attention, "tolist") else h.attention
+            rows = rows[lead:]
             attention = [row[skip:] for row in rows] if skip else rows
             pairs = align_pieces(attention, src_pieces[skip:], tgt_pieces)
             aligned.append(t._replace(alignment=pairs))
@@ -290,7 +335,9 @@ class Translator:
         a one-line ``UserError`` listing those it knows)."""
         from seq2seq.data import resolve_direction
 
-        return resolve_direction(self.directions, source_lang, target_lang)
+        return resolve_direction(
+            self.directions, source_lang, target_lang, languages=self.languages
+        )
 
     def set_direction(self, source_lang: str | None, target_lang: str | None) -> None:
         """Check a direction (:meth:`direction`) and make it the default of every call."""

@@ -49,6 +49,10 @@ class ModelInfo:
         directions: every ``(source, target)`` the model translates (the config's
             ``data.directions``), what ``/languages``, ``/detect`` and the pair check read.
         members: the model directories of an ensemble (empty for one model).
+        many: a many-language model's languages (M2M100, NLLB-200) as LibreTranslate codes
+            (:func:`seq2seq.data.libre_code`): it translates between any two of them, and
+            ``directions`` holds its default direction only.
+        model_codes: the model's own code of each of ``many``.
     """
 
     id: str
@@ -63,18 +67,34 @@ class ModelInfo:
     attention: bool
     directions: tuple[tuple[str, str], ...] = ()
     members: tuple[str, ...] = ()
+    many: tuple[str, ...] = ()
+    model_codes: tuple[str, ...] = ()
 
     def sources(self, target: str | None = None) -> list[str]:
         """The source languages (that translate into ``target``, when given), in order."""
+        if self.many:
+            return [x for x in self.many if x != target]
         return list(dict.fromkeys(s for s, t in self.directions if target in (None, t)))
 
     def targets(self, source: str) -> list[str]:
         """The languages ``source`` translates into, in order."""
+        if self.many:
+            return [x for x in self.many if x != source] if source in self.many else []
         return [t for s, t in self.directions if s == source]
 
     def languages(self) -> list[str]:
         """Every language the model reads or writes, sources first."""
+        if self.many:
+            return list(self.many)
         return list(dict.fromkeys([x for d in self.directions for x in d]))
+
+    def resolve(self, code: str, what: str) -> str:
+        """A many-language model's LibreTranslate code for ``code`` (the model's own code,
+        ISO 639-1, LibreTranslate's); UserError naming close codes for an unknown one."""
+        from seq2seq.data import libre_code, resolve_language
+
+        model = resolve_language(code, self.model_codes, what=what)
+        return libre_code(model, self.model_codes)
 
 
 def _directions(cfg) -> tuple[tuple[str, str], ...]:
@@ -102,6 +122,14 @@ def model_info(translator, model_dir: str | Path | list, engine: str) -> ModelIn
     )
     path = Path(model_dir[0] if isinstance(model_dir, list) else model_dir)
     directions = _directions(translator.cfg)
+    codes = tuple(getattr(translator, "languages", ()) or ())
+    many: tuple[str, ...] = ()
+    if codes:  # M2M100 / NLLB: between any two of its languages, by LibreTranslate's codes
+        from seq2seq.data import libre_code
+
+        many = tuple(libre_code(c, codes) for c in codes)
+        default = translator.direction(None, None)
+        directions = (tuple(libre_code(c, codes) for c in default),)
     src, tgt = directions[0]
     weights = [p for p in path.iterdir() if p.suffix in (".safetensors", ".bin", ".onnx")]
     manifest = path / "manifest.json"
@@ -131,6 +159,8 @@ def model_info(translator, model_dir: str | Path | list, engine: str) -> ModelIn
         attention=model is not None and hasattr(model, "forward_with_attention"),
         directions=directions,
         members=members,
+        many=many,
+        model_codes=codes,
     )
 
 

@@ -233,6 +233,14 @@ class TranslationService:
         by the caller (:mod:`seq2seq.serve.detect`)."""
         s = (source or self.info.source).strip().lower()
         t = (target or self.info.target).strip().lower()
+        if self.info.many:  # M2M100 / NLLB: any two of its languages
+            try:
+                return (
+                    self.info.resolve(source or self.info.source, "source"),
+                    self.info.resolve(target or self.info.target, "target"),
+                )
+            except UserError as e:
+                raise RequestError(400, str(e)) from None
         if (s, t) not in self.info.directions:
             pairs = ", ".join(f"{a}->{b}" for a, b in self.info.directions)
             raise RequestError(
