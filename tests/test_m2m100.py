@@ -419,7 +419,8 @@ def test_languages_cli_iso_codes_and_unknown(nllb, tmp_path):
         check=False,
     )
     assert bad.returncode == 2 and "deu_Latn" in bad.stderr
-    assert len(bad.stderr.strip().splitlines()) == 1 and "Traceback" not in bad.stderr
+    assert "Traceback" not in bad.stderr
+    assert bad.stderr.splitlines()[0].startswith("seq2seq translate: error: target language")
 
 
 def test_server_languages_auto_and_unknown(nllb):
@@ -455,3 +456,95 @@ def test_server_languages_auto_and_unknown(nllb):
     assert auto.status_code == 200, auto.text
     assert auto.json()["detectedLanguage"]["language"] == "en"
     assert bad.status_code == 400 and "deu_Latn" in bad.json()["error"]
+
+
+def _other_family(kind: str, folder: Path) -> None:
+    from transformers import MarianConfig, MBartConfig, T5Config
+
+    cls = {"mbart": MBartConfig, "t5": T5Config, "marian": MarianConfig}[kind]
+    cls(vocab_size=100, d_model=16).save_pretrained(folder)
+
+
+def _break(m2m100_dir: Path, folder: Path, how: str) -> str:
+    """A copy of the M2M100 folder, broken ``how``; returns what the message must name."""
+    import shutil
+
+    shutil.copytree(m2m100_dir, folder)
+    if how in ("mbart", "t5", "marian"):
+        (folder / "config.json").unlink()
+        _other_family(how, folder)
+        return "model_type"
+    if how == "rows":  # a tokenizer of more ids than the weights' rows
+        vocab = json.loads((folder / "vocab.json").read_text("utf-8"))
+        vocab.update({f"extra{i}": len(vocab) + i for i in range(50)})
+        (folder / "vocab.json").write_text(json.dumps(vocab), "utf-8")
+        return "do not belong together"
+    if how == "shard":
+        (folder / "model.safetensors").rename(folder / "inside.safetensors")
+        index = {"weight_map": {"model.shared.weight": "../model.safetensors"}}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index), "utf-8")
+        return "is not a file name"
+    (folder / "sentencepiece.bpe.model").unlink()
+    return "sentencepiece.bpe.model"
+
+
+@pytest.mark.parametrize("how", ["mbart", "t5", "marian", "rows", "shard", "no_tokenizer"])
+def test_bad_folders_are_one_line_and_write_nothing(how, m2m100, tmp_path):
+    want = _break(m2m100[0], tmp_path / "hf", how)
+    out = tmp_path / "out"
+    result = _run("convert", "m2m100", str(tmp_path / "hf"), "--out", str(out), check=False)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and want in lines[0], result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_fine_tune_carries_the_language_tokens(m2m100, tmp_path, mirror):
+    """``train --init-from`` a converted model: each training pair is ``[src_lang] pieces``
+    -> ``[tgt_lang] pieces`` (the collate adds ``</s>`` and the start), as transformers'
+    labels; the run keeps the tokenizer files and translates afterwards."""
+    from seq2seq.data.store import TokenStore
+    from seq2seq.decode import Translator
+
+    _, model_dir, _, _ = m2m100
+    data = tmp_path / "data"
+    data.mkdir()
+    for split, n in (("train", 40), ("val", 6)):
+        for lang in ("en", "de"):
+            lines = _lines(mirror, split, lang, n)
+            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = tmp_path / "ft"
+    _run(
+        "train", "--init-from", str(model_dir), "--out", str(run),
+        "data.corpus=files", "data.pair=en-de",
+        f"data.train_prefix={data}/train", f"data.valid_prefix={data}/val",
+        "data.max_tokens=300", "training.max_steps=2", "training.val_every_steps=2",
+        "training.warmup_steps=1", "training.accelerator=cpu", "training.devices=1",
+        "training.threads=1", "training.keep_last=1", "training.average_last=1",
+        "training.val_method=greedy",
+    )  # fmt: skip
+    for name in ("languages.json", "sentencepiece.bpe.model", "m2m100_vocab.json"):
+        assert (run / name).read_bytes() == (model_dir / name).read_bytes()
+    translator = Translator.load(run)
+    tok = translator.tokenizer
+    store = TokenStore(next(p.parent for p in run.rglob("header.json") if p.parent.name == "train"))
+    _, src, tgt = store[0]
+    assert int(src[0]) == tok.language_id("en") and int(tgt[0]) == tok.language_id("de")
+    assert list(src[1:]) == tok.encode_src([_lines(mirror, "train", "en", 1)[0]])[0]
+    assert translator.translate(["A dog runs."], target_lang="de")[0]
+
+
+def test_terminology_after_the_language_token(nllb):
+    """A constraint holds in the output, behind the forced language token."""
+    from seq2seq.decode import Translator
+
+    _, model_dir, src, tgt = nllb
+    translator = _TRANSLATORS.setdefault(model_dir, Translator.load(model_dir))
+    plain = translator.translate(src[:1], target_lang="de", method="beam", beam_size=4)
+    word = next(w for w in tgt[5].split() if w not in plain[0] and w.isalpha())
+    out = translator.translate_nbest(
+        src[:1], target_lang="de", constraints=[[word]], method="beam", beam_size=4
+    )[0][0]
+    assert word in out.text
+    assert out.tokens[0] == translator.tokenizer.language_id("deu_Latn")

@@ -233,6 +233,11 @@ class TranslationDataModule(pl.LightningDataModule):
         train_src, train_tgt = self.split_files(d.train_split)
         valid_src, valid_tgt = self.split_files(d.valid_split)
         tokenizer = self._tokenizer(train_src, train_tgt)
+        if d.multilingual and hasattr(tokenizer, "language_id"):
+            raise UserError(
+                "data.pairs: fine-tuning an M2M100/NLLB model on several directions is not "
+                "supported yet; train one direction (data.pair) per run"
+            )
         build_store(
             self.data_dir / "train",
             train_src,
@@ -257,6 +262,7 @@ class TranslationDataModule(pl.LightningDataModule):
             # dropped as too long, as in training: a pair the model's positions cannot hold
             # (all others stay, so that validation scores stay comparable)
             cleaning=CleaningRules(max_len=self.cfg.model.max_positions - 1),
+            langs=(self.src_lang, self.tgt_lang),
             limit=self._limit(d.valid_split),
             log=say,
         )

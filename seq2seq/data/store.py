@@ -103,7 +103,10 @@ def build_store(
         cleaning: With ``train``: the full rules (default: ``max_len`` and ``max_ratio`` only).
             Without: the piece-count rules for an evaluation split (a validation split drops
             what the model's positions cannot hold); default none.
-        langs: ``(source, target)`` language codes, for the language-id rule.
+        langs: ``(source, target)`` language codes, for the language-id rule; with a
+            many-language model's tokenizer (M2M100, NLLB: ``language_id``) each side also
+            starts with its language token, as transformers' labels do (``[tgt_lang] pieces
+            </s>``; the collate function adds ``</s>`` and the start).
         limit: Use only the first ``limit`` lines (0 = all).
         chunk_size: Pairs encoded at a time.
         log: Receives the one report line (default: printed on stderr).
@@ -139,6 +142,14 @@ def build_store(
 
     stats = CleaningReport(split, rules=rules)
     cleaner = Cleaner(rules=rules, src_lang=langs[0], tgt_lang=langs[1], report=stats)
+    lang_ids = None
+    if hasattr(tokenizer, "language_id"):  # M2M100 / NLLB: the language tokens
+        from seq2seq.data.lang_codes import resolve_language
+
+        lang_ids = [
+            tokenizer.language_id(resolve_language(code, tokenizer.languages, what=what))
+            for code, what in zip(langs, ("data.pair source", "data.pair target"))
+        ]
     dtypes = {
         "src": _id_dtype(tokenizer.src_vocab_size),
         "tgt": _id_dtype(tokenizer.tgt_vocab_size),
@@ -159,6 +170,9 @@ def build_store(
             line_nos, srcs, tgts = zip(*chunk)
             del chunk
             encoded = {"src": tokenizer.encode_src(srcs), "tgt": tokenizer.encode_tgt(tgts)}
+            if lang_ids is not None:
+                for side, lang_id in zip(("src", "tgt"), lang_ids):
+                    encoded[side] = [[lang_id, *r] for r in encoded[side]]
             del srcs, tgts
             lens = {
                 side: np.fromiter(map(len, encoded[side]), np.int64, len(line_nos))

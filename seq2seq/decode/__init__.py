@@ -10,6 +10,7 @@ from seq2seq.core.exports import lazy_exports
 
 _HOMES = {
     "ContinuousSearch": "continuous",
+    "Constraints": "constraints",
     "LineConstraints": "stream",
     "Scorer": "scoring",
     "SearchOptions": "options",

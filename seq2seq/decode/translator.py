@@ -153,11 +153,14 @@ class Translator:
         Over-long sentences keep their first ``max_src_positions - 1`` pieces + EOS and are
         reported through ``on_truncated(line_no, n_tokens)`` (default: a warning). A
         many-language model's source also carries the language token of ``source_lang``
-        (the model's code): ``[lang] pieces </s>`` (:attr:`languages`).
+        (the model's code; None: the default direction's): ``[lang] pieces </s>``
+        (:attr:`languages`).
         """
         report = on_truncated or _warn_truncated
         out = []
         extra = 1 if self.languages else 0  # the source's language token
+        if extra and source_lang is None:  # the default direction's (token counts)
+            source_lang = self.direction(self.source_lang, self.target_lang)[0]
         pieces = self.tokenizer.encode_src(list(sentences)) if sentences else []
         for i, ids in enumerate(pieces):
             if not ids:

@@ -79,7 +79,16 @@ class ValidationMixin:
             unk_id=UNK_ID,
         )
         rows = [row[row.ne(PAD_ID)].tolist() for row in src_ids]
-        nbest = engine.translate_ids(rows, opts)
+        extra = {}
+        if hasattr(self.tokenizer, "language_id"):  # M2M100/NLLB: the target language first
+            from seq2seq.data import resolve_language
+            from seq2seq.decode import Constraints
+
+            tok = self.tokenizer
+            code = resolve_language(self.cfg.data.directions[0][1], tok.languages)
+            forced = Constraints(prefix=(tok.language_id(code),), counted=1)
+            extra["constraints"] = [forced] * len(rows)
+        nbest = engine.translate_ids(rows, opts, **extra)
         return self.tokenizer.decode_tgt([hyps[0].tokens for hyps in nbest])
 
     def _gather_hyps(self) -> dict[int, str]:
