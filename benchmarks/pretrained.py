@@ -1,11 +1,13 @@
-"""An OPUS-MT-sized Marian model: transformers ``generate`` against our engines.
+"""A pretrained-sized Marian model: transformers ``generate`` against our engines.
 
-Builds a Marian-shaped model of OPUS-MT's real size (d_model 512, 6+6 layers, 8 heads, ffn
-2048, a 58,101-piece vocabulary, random weights: speed does not depend on them) with
-transformers' own classes, saves it with ``save_pretrained``, converts it with ``seq2seq
+Builds a Marian-shaped model of a real size (``--shape``: ``opus``, OPUS-MT's d_model 512, 6+6
+layers, 8 heads, ffn 2048, 58,101 pieces; ``nllb600m``, NLLB-200-distilled-600M's 12+12 layers,
+d_model 1024, 16 heads, ffn 4096, 256,206 rows; ``m2m418m``, M2M100-418M's, with 128,112 rows;
+random weights: speed does not depend on them) with transformers' own classes, saves it with ``save_pretrained``, converts it with ``seq2seq
 convert marian`` (timed), exports it to CTranslate2 float32 and int8, and decodes Multi30K
 test sentences at beam 4 with each engine, each in its own subprocess (for its peak RSS) on
-``--threads`` threads.
+``--threads`` threads. ``--profile`` adds, for the torch engine, ``torch.profiler``'s operators
+by self CPU time over the run (on stderr).
 
 Equal work: the sentences are sorted by the length of their reference (target pieces + EOS)
 and cut into batches of ``--batch`` sentences; every engine decodes each batch with its output
@@ -33,7 +35,14 @@ from pathlib import Path
 
 from needs import mirror, run
 
-VOCAB = 58_101  # Helsinki-NLP/opus-mt-en-de's vocabulary size
+SHAPES = {
+    # Helsinki-NLP/opus-mt-en-de
+    "opus": dict(d_model=512, layers=6, heads=8, ffn=2048, rows=58_101, activation="swish"),
+    # facebook/nllb-200-distilled-600M and facebook/m2m100_418M (as Marian-shaped models: the
+    # same matrix products; their pre-norm layers add two layer norms)
+    "nllb600m": dict(d_model=1024, layers=12, heads=16, ffn=4096, rows=256_206, activation="relu"),
+    "m2m418m": dict(d_model=1024, layers=12, heads=16, ffn=4096, rows=128_112, activation="relu"),
+}
 ENGINES = ("transformers", "torch", "ctranslate2", "ctranslate2-int8")
 
 
@@ -45,8 +54,9 @@ def _lines(root: Path, split: str, lang: str, n: int) -> list[str]:
         return [line.strip() for _, line in zip(range(n), f)]
 
 
-def build_hf_model(root: Path, out: Path) -> None:
-    """A random OPUS-MT-sized MarianMTModel with real SentencePiece models, saved at ``out``."""
+def build_hf_model(root: Path, out: Path, shape: str = "opus") -> None:
+    """A random MarianMTModel of :data:`SHAPES` ``shape`` with real SentencePiece models,
+    saved at ``out``."""
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel
@@ -72,31 +82,33 @@ def build_hf_model(root: Path, out: Path) -> None:
         for i in range(sp.get_piece_size()):
             if not (sp.is_control(i) or sp.is_unknown(i)):
                 vocab.setdefault(sp.id_to_piece(i), len(vocab))
-    while len(vocab) < VOCAB - 1:  # OPUS-MT's size: pieces no sentence here uses
+    size = SHAPES[shape]
+    rows = size["rows"]
+    while len(vocab) < rows - 1:  # the real size: pieces no sentence here uses
         vocab[f"\u2581unused{len(vocab)}"] = len(vocab)
-    vocab["<pad>"] = VOCAB - 1
+    vocab["<pad>"] = rows - 1
     (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
     config = MarianConfig(
-        vocab_size=VOCAB,
-        decoder_vocab_size=VOCAB,
-        d_model=512,
-        encoder_layers=6,
-        decoder_layers=6,
-        encoder_attention_heads=8,
-        decoder_attention_heads=8,
-        encoder_ffn_dim=2048,
-        decoder_ffn_dim=2048,
-        activation_function="swish",
+        vocab_size=rows,
+        decoder_vocab_size=rows,
+        d_model=size["d_model"],
+        encoder_layers=size["layers"],
+        decoder_layers=size["layers"],
+        encoder_attention_heads=size["heads"],
+        decoder_attention_heads=size["heads"],
+        encoder_ffn_dim=size["ffn"],
+        decoder_ffn_dim=size["ffn"],
+        activation_function=size["activation"],
         max_position_embeddings=512,
-        pad_token_id=VOCAB - 1,
+        pad_token_id=rows - 1,
         eos_token_id=0,
-        decoder_start_token_id=VOCAB - 1,
+        decoder_start_token_id=rows - 1,
         forced_eos_token_id=0,
         scale_embedding=True,
     )
     torch.manual_seed(0)
     model = MarianMTModel(config).eval()
-    model.generation_config.bad_words_ids = [[VOCAB - 1]]
+    model.generation_config.bad_words_ids = [[rows - 1]]
     model.save_pretrained(out)
     (out / "tokenizer_config.json").write_text(
         json.dumps({"source_lang": "en", "target_lang": "de", "separate_vocabs": False})
@@ -118,7 +130,7 @@ def groups(hf_dir: Path, root: Path, n: int, batch: int) -> list[tuple[int, list
     ]
 
 
-def worker(engine: str, path: Path, groups_file: Path, threads: int) -> dict:
+def worker(engine: str, path: Path, groups_file: Path, threads: int, profile: bool = False) -> dict:
     """Decode every group with ``engine``; return sentences/s and peak RSS."""
     import torch
 
@@ -153,8 +165,18 @@ def worker(engine: str, path: Path, groups_file: Path, threads: int) -> dict:
 
     n = sum(len(s) for _, s in work)
     start = time.perf_counter()
-    for length, sentences in work:
-        decode(length, sentences)
+    if profile:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as profiler
+
+        with profiler(activities=[ProfilerActivity.CPU]) as prof:
+            for length, sentences in work:
+                decode(length, sentences)
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15)
+        print(f"{engine}:\n{table}", file=sys.stderr)
+    else:
+        for length, sentences in work:
+            decode(length, sentences)
     seconds = time.perf_counter() - start
     return {
         "engine": engine,
@@ -190,27 +212,35 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=32, help="sentences per batch")
     ap.add_argument("--work", help="keep the built models in this folder and reuse them")
     ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="opus")
+    ap.add_argument("--profile", action="store_true", help="profile transformers and torch")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--path", help=argparse.SUPPRESS)
     ap.add_argument("--groups", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, Path(args.path), Path(args.groups), args.threads)))
+        result = worker(args.worker, Path(args.path), Path(args.groups), args.threads, args.profile)
+        print(json.dumps(result))
         return 0
     root = Path(mirror(args.mirror))
     os.environ["HF_HUB_OFFLINE"] = "1"
     with tempfile.TemporaryDirectory(prefix="pretrained-bench-") as tmp:
         tmp = Path(args.work) if args.work else Path(tmp)
         hf_dir, model_dir = tmp / "hf", tmp / "converted"
+        if args.shape != "opus":
+            hf_dir, model_dir = tmp / f"hf-{args.shape}", tmp / f"converted-{args.shape}"
         if not hf_dir.is_dir():
-            build_hf_model(root, hf_dir)
+            build_hf_model(root, hf_dir, args.shape)
         shutil.rmtree(model_dir, ignore_errors=True)
         start = time.perf_counter()
         _cli("convert", "marian", str(hf_dir), "--out", str(model_dir))
         convert_s = time.perf_counter() - start
         paths = {"transformers": hf_dir, "torch": model_dir}
+        engines = args.engines.split(",")
         for name, quantization in (("ctranslate2", "none"), ("ctranslate2-int8", "int8")):
-            paths[name] = tmp / name
+            paths[name] = tmp / f"{name}-{args.shape}"
+            if name not in engines:
+                continue
             _cli(
                 "export", str(model_dir), "--format", "ctranslate2",
                 "--quantization", quantization, "--out", str(paths[name]), "--force",
@@ -219,16 +249,21 @@ def main() -> int:
         work = groups(hf_dir, root, args.sentences, args.batch)
         groups_file.write_text(json.dumps(work), encoding="utf-8")
         rows = []
-        for engine in args.engines.split(","):
+        for engine in engines:
             env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
             cmd = [
                 sys.executable, __file__, "--worker", engine, "--path", str(paths[engine]),
                 "--groups", str(groups_file), "--threads", str(args.threads),
             ]  # fmt: skip
+            if args.profile and engine in ("transformers", "torch"):
+                cmd.append("--profile")
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+            if args.profile:
+                print(out.stderr[-6000:], file=sys.stderr)
         base = next((r["sent_per_s"] for r in rows if r["engine"] == "transformers"), None)
         print(f"converted in {convert_s:.1f} s; model directory {_size_mb(model_dir):.1f} MB")
+        print(f"shape {args.shape}: {SHAPES[args.shape]}")
         print(f"{len(work)} batches of up to {args.batch}, beam 4, {args.threads} threads")
         print("| engine | sentences/s | vs transformers | peak RSS (MiB) |")
         print("|---|---|---|---|")

@@ -26,7 +26,10 @@ transformers = pytest.importorskip("transformers")
 N_TRAIN = 200
 N_TEST = 30  # the first training sentences: the small model has learnt them, so it stops
 STEPS = 250
-MAX_NEW = 60  # generated tokens, EOS included: our max_len_b with max_len_a 0
+MAX_NEW = 60  # generated tokens, EOS included (generate's max_new_tokens)
+MAX_LEN_B = MAX_NEW - 1  # ours: tokens before EOS (with max_len_a 0), the same limit
+TATOEBA_CODES = (">>fra<<", ">>deu<<", ">>spa<<")
+PICKLE = "pytorch_model.bin"
 
 
 def _lines(mirror: Path, split: str, lang: str, n: int) -> list[str]:
@@ -52,17 +55,23 @@ def _train_spm(lines: list[str], prefix: Path, vocab_size: int) -> Path:
     return model
 
 
-def _marian_vocab(*models: Path) -> dict[str, int]:
-    """Marian's convention: </s> 0, <unk> 1, the pieces of the models, <pad> last."""
+def _marian_vocab(*models: Path, tatoeba: bool = False) -> dict[str, int]:
+    """Marian's convention: </s> 0, <unk> 1, the pieces of the models, <pad> last.
+
+    ``tatoeba``: as the Tatoeba-Challenge models number them: three-letter target-language
+    tokens ``>>xxx<<`` first, ``<unk>`` after them and ``</s>`` among the pieces (not 0)."""
     import sentencepiece as spm
 
-    vocab = {"</s>": 0, "<unk>": 1}
+    vocab = {code: i for i, code in enumerate(TATOEBA_CODES)} if tatoeba else {"</s>": 0}
+    vocab["<unk>"] = len(vocab)
     for path in models:
         sp = spm.SentencePieceProcessor(model_file=str(path))
         for i in range(sp.get_piece_size()):
             piece = sp.id_to_piece(i)
             if not sp.is_control(i) and not sp.is_unknown(i) and piece not in vocab:
                 vocab[piece] = len(vocab)
+            if tatoeba and len(vocab) == 40:
+                vocab["</s>"] = len(vocab)
     vocab["<pad>"] = len(vocab)
     return vocab
 
@@ -81,22 +90,32 @@ def _run(*args: str, check: bool = True, **kw) -> subprocess.CompletedProcess:
     return result
 
 
-def _build_marian(root: Path, mirror: Path, *, separate: bool):
+def _build_marian(root: Path, mirror: Path, *, variant: str = "shared"):
     """(hf_dir, model_dir, test sources, test targets): a small Marian trained on Multi30K
-    lines, saved with ``save_pretrained`` and converted. ``separate``: separate vocabularies
+    lines, saved with ``save_pretrained`` and converted.
+
+    ``variant``: ``shared``, one vocabulary and embedding; ``separate``, separate vocabularies
     (``vocab.json`` and ``target_vocab.json``, of different sizes) and embeddings, and an
-    output projection not tied to the target embedding."""
+    output projection not tied to the target embedding; ``tatoeba``, a Tatoeba-Challenge
+    model's conventions: ``</s>`` not id 0 (``eos_token_id`` too), three-letter target-language
+    tokens ``>>deu<<`` leading each source, float16 weights in ``pytorch_model.bin``;
+    ``wide``, d_model 1024 with 16 heads (opus-mt-tc-big's width), one layer per side,
+    untrained (random weights, a random output bias so that no two tokens tie).
+    """
     from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
+    separate, tatoeba, wide = (variant == v for v in ("separate", "tatoeba", "wide"))
     src = _lines(mirror, "train", "en", N_TRAIN)
     tgt = _lines(mirror, "train", "de", N_TRAIN)
+    if tatoeba:
+        src = [f"{TATOEBA_CODES[1]} {line}" for line in src]
     work = root / "spm"
     work.mkdir()
     src_spm = _train_spm(src, work / "src", 800)
     tgt_spm = _train_spm(tgt, work / "tgt", 600 if separate else 800)
     hf_dir = root / "hf"
     hf_dir.mkdir()
-    vocabs = {"vocab.json": _marian_vocab(src_spm, tgt_spm)}
+    vocabs = {"vocab.json": _marian_vocab(src_spm, tgt_spm, tatoeba=tatoeba)}
     if separate:
         vocabs = {"vocab.json": _marian_vocab(src_spm), "target_vocab.json": _marian_vocab(tgt_spm)}
     for name, vocab in vocabs.items():
@@ -117,24 +136,27 @@ def _build_marian(root: Path, mirror: Path, *, separate: bool):
     )
     tgt_vocab = vocabs.get("target_vocab.json", vocabs["vocab.json"])
     pad = tgt_vocab["<pad>"]  # the decoder's start
+    eos = tgt_vocab["</s>"]
+    assert (eos != 0) == tatoeba and tok.eos_token_id == eos
+    d, heads, layers, ffn = (1024, 16, 1, 128) if wide else (64, 4, 2, 96)
     config = MarianConfig(
         vocab_size=len(vocabs["vocab.json"]),
         decoder_vocab_size=len(tgt_vocab),
         share_encoder_decoder_embeddings=not separate,
         tie_word_embeddings=not separate,
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=96,
-        decoder_ffn_dim=96,
+        d_model=d,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=ffn,
+        decoder_ffn_dim=ffn,
         activation_function="swish",
         max_position_embeddings=128,
         pad_token_id=pad,
-        eos_token_id=0,
+        eos_token_id=eos,
         decoder_start_token_id=pad,
-        forced_eos_token_id=0,
+        forced_eos_token_id=eos,
         scale_embedding=True,
         dropout=0.0,
     )
@@ -144,9 +166,11 @@ def _build_marian(root: Path, mirror: Path, *, separate: bool):
     model.train()
     # Tokenized once; each step takes 24 rows and trims the padding columns.
     data = tok(src, text_target=tgt, padding=True, return_tensors="pt")
+    if tatoeba:  # the language token is one piece, first
+        assert bool(data["input_ids"][:, 0].eq(vocabs["vocab.json"][TATOEBA_CODES[1]]).all())
     label_pad = tok.pad_token_id  # what the tokenizer pads the labels with
     g = torch.Generator().manual_seed(0)
-    for _ in range(STEPS):
+    for _ in range(0 if wide else STEPS):
         idx = torch.randint(0, N_TRAIN, (24,), generator=g)
         ids, mask, labels = (data[k][idx] for k in ("input_ids", "attention_mask", "labels"))
         s_len, t_len = int(mask.sum(1).max()), int(labels.ne(label_pad).sum(1).max())
@@ -161,27 +185,49 @@ def _build_marian(root: Path, mirror: Path, *, separate: bool):
         optimizer.step()
     model.eval()
     with torch.no_grad():
-        model.final_logits_bias.copy_(0.3 * torch.randn(model.final_logits_bias.shape, generator=g))
+        std = 2.0 if wide else 0.3
+        model.final_logits_bias.copy_(std * torch.randn(model.final_logits_bias.shape, generator=g))
         model.final_logits_bias[0, pad] = 0.0
     model.generation_config.bad_words_ids = [[pad]]
     model.generation_config.num_beams = 4
     model.save_pretrained(hf_dir)
     tok.save_pretrained(hf_dir)
+    if tatoeba:  # float16 pickled weights, as older Tatoeba uploads have them
+        state = model.state_dict()  # less the position tables, which save_pretrained omits
+        half = {k: v.half() for k, v in state.items() if "embed_positions" not in k}
+        torch.save(half, hf_dir / PICKLE)
+        (hf_dir / "model.safetensors").unlink()
+        cfg = json.loads((hf_dir / "config.json").read_text())
+        cfg["dtype"] = "float16"
+        (hf_dir / "config.json").write_text(json.dumps(cfg))
     model_dir = root / "converted"
     _run("convert", "marian", str(hf_dir), "--out", str(model_dir))
-    return hf_dir, model_dir, src[:N_TEST], tgt[:N_TEST]
+    n_test = 8 if wide else N_TEST  # (an untrained model: every output runs to the limit)
+    return hf_dir, model_dir, src[:n_test], tgt[:n_test]
 
 
 @pytest.fixture(scope="session")
 def marian(tmp_path_factory, mirror):
     """A trained small Marian with one shared vocabulary and embedding, converted."""
-    return _build_marian(tmp_path_factory.mktemp("marian"), mirror, separate=False)
+    return _build_marian(tmp_path_factory.mktemp("marian"), mirror)
 
 
 @pytest.fixture(scope="session")
 def marian_separate(tmp_path_factory, mirror):
     """A trained small Marian with separate vocabularies and embeddings, converted."""
-    return _build_marian(tmp_path_factory.mktemp("marian_separate"), mirror, separate=True)
+    return _build_marian(tmp_path_factory.mktemp("marian_separate"), mirror, variant="separate")
+
+
+@pytest.fixture(scope="session")
+def marian_tatoeba(tmp_path_factory, mirror):
+    """A trained small Marian with a Tatoeba model's ids, codes and float16 .bin, converted."""
+    return _build_marian(tmp_path_factory.mktemp("marian_tatoeba"), mirror, variant="tatoeba")
+
+
+@pytest.fixture(scope="session")
+def marian_wide(tmp_path_factory, mirror):
+    """An untrained Marian of d_model 1024 with 16 heads, converted."""
+    return _build_marian(tmp_path_factory.mktemp("marian_wide"), mirror, variant="wide")
 
 
 def _build_tiny_marian(root: Path) -> Path:
@@ -234,6 +280,10 @@ def tiny_marian(tmp_path_factory) -> Path:
 
 
 BOTH = pytest.mark.parametrize("which", ["marian", "marian_separate"])
+TRAINED = pytest.mark.parametrize("which", ["marian", "marian_separate", "marian_tatoeba"])
+ALL = pytest.mark.parametrize(
+    "which", ["marian", "marian_separate", "marian_tatoeba", "marian_wide"]
+)
 
 
 def test_the_separate_fixture_has_two_vocabularies_and_an_untied_head(marian_separate):
@@ -250,7 +300,8 @@ def test_the_separate_fixture_has_two_vocabularies_and_an_untied_head(marian_sep
 def _hf(hf_dir: Path):
     from transformers import MarianMTModel, MarianTokenizer
 
-    return MarianMTModel.from_pretrained(hf_dir).eval(), MarianTokenizer.from_pretrained(hf_dir)
+    model = MarianMTModel.from_pretrained(hf_dir, dtype=torch.float32)  # float16 on disk too
+    return model.eval(), MarianTokenizer.from_pretrained(hf_dir)
 
 
 def _hf_translate(hf_dir: Path, sentences: list[str], beams: int) -> list[str]:
@@ -283,7 +334,7 @@ def _our_translate(model_dir: Path, sentences: list[str], *, beams: int) -> list
     translator = _TRANSLATORS.setdefault(model_dir, Translator.load(model_dir))
     method = {"method": "greedy"} if beams == 1 else {"method": "beam", "beam_size": beams}
     return translator.translate(
-        sentences, max_len_a=0.0, max_len_b=MAX_NEW, len_penalty=1.0, **method
+        sentences, max_len_a=0.0, max_len_b=MAX_LEN_B, len_penalty=1.0, **method
     )
 
 
@@ -297,7 +348,7 @@ def _main(capfd, *args: str) -> tuple[int, str, str]:
     return status, out, err
 
 
-@BOTH
+@TRAINED
 def test_converted_model_stops_and_differs(which, request):
     hf_dir, model_dir, test_src, _ = request.getfixturevalue(which)
     hyps = _hf_translate(hf_dir, test_src, 1)
@@ -305,10 +356,13 @@ def test_converted_model_stops_and_differs(which, request):
     model, tok = _hf(hf_dir)
     batch = tok(test_src, padding=True, return_tensors="pt")
     out = model.generate(**batch, num_beams=1, max_new_tokens=MAX_NEW)
-    assert out.size(1) < MAX_NEW  # every output ended with </s> before the length limit
+    # every output ended with </s> before the length limit (but one of the Tatoeba-shaped
+    # model's, whose weights were rounded to float16 after training)
+    ended = out[:, 1:MAX_NEW].eq(model.config.eos_token_id).any(1)  # (not the forced one)
+    assert int((~ended).sum()) <= (1 if which == "marian_tatoeba" else 0)
 
 
-@BOTH
+@ALL
 def test_forced_decoding_log_probs_match_transformers(which, request, tmp_path):
     hf_dir, model_dir, test_src, test_tgt = request.getfixturevalue(which)
     model, tok = _hf(hf_dir)
@@ -333,8 +387,14 @@ def test_forced_decoding_log_probs_match_transformers(which, request, tmp_path):
     assert torch.allclose(got, expected, atol=1e-4), (got - expected).abs().max()
 
 
-@BOTH
-@pytest.mark.parametrize("beams", [1, 4])
+@pytest.mark.parametrize(
+    "which, beams",
+    [(w, b) for w in ("marian", "marian_separate", "marian_tatoeba") for b in (1, 4)]
+    # The untrained model never ends: every beam reaches the limit, where generate forces EOS
+    # with log-probability 0 and we score it as fairseq does (its real log-probability), so
+    # beams rank differently there (docs/pretrained.md); its greedy output is compared.
+    + [("marian_wide", 1)],
+)
 def test_translations_match_transformers_generate(which, request, beams):
     hf_dir, model_dir, test_src, _ = request.getfixturevalue(which)
     assert _our_translate(model_dir, test_src, beams=beams) == _hf_translate(
@@ -342,7 +402,7 @@ def test_translations_match_transformers_generate(which, request, beams):
     )
 
 
-@BOTH
+@ALL
 def test_round_trip_export_hf_gives_the_same_translations(which, request, tmp_path):
     hf_dir, model_dir, test_src, _ = request.getfixturevalue(which)
     out = tmp_path / "hf_again"
@@ -646,7 +706,7 @@ def test_new_model_keys_round_trip_through_yaml(tmp_path):
     assert load_config(path).model == cfg.model
 
 
-@BOTH
+@TRAINED
 def test_vocab_map_tokenizer_follows_marian_tokenizer(which, request):
     from transformers import MarianTokenizer
 
@@ -657,13 +717,17 @@ def test_vocab_map_tokenizer_follows_marian_tokenizer(which, request):
     ours = load_model_dir(model_dir).tokenizer
     theirs = MarianTokenizer.from_pretrained(hf_dir)
     vocab = json.loads((hf_dir / "vocab.json").read_text())
-    to_marian = our_order(len(vocab), pad=vocab["<pad>"], unk=1, eos=0)  # our id -> Marian's
+    eos = vocab["</s>"]  # not 0 in a Tatoeba model
+    to_marian = our_order(len(vocab), pad=vocab["<pad>"], unk=vocab["<unk>"], eos=eos)
     text = test_src[:5] + ["unknown ☃ glyphs Ω", ">>de<< A dog."]
+    # three-letter codes: known (one piece of the vocabulary), unknown, not first, unclosed
+    text += [">>deu<< A dog.", ">>fra<<A dog", ">>xyz<< A dog", "A >>deu<< dog", ">>deu A dog"]
+    text += [">>spa<<", ">>deu<<>>fra<< two", " >>deu<< after a space"]
     # special tokens written as text are split out, and each stretch is encoded on its own
     text += ["A dog </s> runs.", "A <unk> dog <pad>.", "a</s>b", "</s> </s>", "<pad>"]
     text += ["x </s>>>de<< y", "<s> A dog", "A dog.</s>", "A >>de<< dog"]
     for t, mine, row in zip(text, ours.encode_src(text), theirs(text)["input_ids"]):
-        assert [to_marian[i] for i in mine] + [0] == row, t
+        assert [to_marian[i] for i in mine] + [eos] == row, t
     ids = theirs(text_target=test_tgt[:5])["input_ids"]
     assert ours.decode_tgt(ours.encode_tgt(test_tgt[:5])) == theirs.batch_decode(
         ids, skip_special_tokens=True
@@ -682,7 +746,7 @@ def test_ctranslate2_export_with_separate_vocabularies(marian_separate, tmp_path
     ct2 = export_model(model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
     assert not (ct2 / "shared_vocabulary.json").exists()
     out = Translator.load(ct2, engine="ctranslate2").translate(
-        src, method="greedy", max_len_a=0.0, max_len_b=MAX_NEW
+        src, method="greedy", max_len_a=0.0, max_len_b=MAX_LEN_B
     )
     assert out == _our_translate(model_dir, src, beams=1)
 
@@ -697,7 +761,7 @@ def test_ctranslate2_int8_ensemble_and_constraint(marian, tmp_path):
     greedy = _our_translate(model_dir, src, beams=1)
     ct2 = export_model(model_dir, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
     ct2_out = Translator.load(ct2, engine="ctranslate2").translate(
-        src, method="greedy", max_len_a=0.0, max_len_b=MAX_NEW
+        src, method="greedy", max_len_a=0.0, max_len_b=MAX_LEN_B
     )
     assert ct2_out == greedy
     int8 = export_model(model_dir, tmp_path / "int8", fmt="ctranslate2", quantization="int8")
@@ -707,7 +771,7 @@ def test_ctranslate2_int8_ensemble_and_constraint(marian, tmp_path):
     assert (int8 / "model.bin").stat().st_size < 0.6 * (ct2 / "model.bin").stat().st_size
     # an ensemble of a converted model with itself is that model
     ensemble = Translator.load([model_dir, model_dir])
-    assert ensemble.translate(src, method="greedy", max_len_a=0.0, max_len_b=MAX_NEW) == greedy
+    assert ensemble.translate(src, method="greedy", max_len_a=0.0, max_len_b=MAX_LEN_B) == greedy
     # a constraint: the output holds the phrase, which greedy search did not produce
     assert "Hund" not in greedy[0]
     constrained = _TRANSLATORS[model_dir].translate(src[:1], constraints=[["Hund"]])

@@ -21,13 +21,13 @@ from safetensors.torch import load_file
 from seq2seq.cli import main
 from seq2seq.config.loading import load_config
 from seq2seq.core.files import sha256_file
-from seq2seq.model import directory as model_directory
 from seq2seq.model.directory import (
     FORMAT_NAME,
     FORMAT_VERSION,
     ModelDirError,
     _content_sha256,
     load_model_dir,
+    safetensors_bytes,
     save_model_dir,
     state_dict_for_saving,
     verify_model_dir,
@@ -367,30 +367,70 @@ def test_loading_a_model_leaves_torch_dynamo_unimported(model_dir: Path) -> None
     assert out.stdout.strip() == "False", out.stderr
 
 
-def test_each_stored_tensor_is_copied_once_into_the_model(model_dir: Path, monkeypatch) -> None:
-    """Weights load one tensor at a time (memory: the model plus its largest tensor), each
-    stored tensor copied once, and a tied tensor reaches every alias."""
-    copies, inside = [], [False]
-    copy_, copy_weights = torch.Tensor.copy_, model_directory._copy_weights
+def test_each_stored_tensor_is_read_once_into_the_model(model_dir: Path, monkeypatch) -> None:
+    """Weights load one tensor at a time, each stored tensor read once, straight into the
+    parameter it fills (memory: the model, not the model twice), and a tied tensor reaches
+    every alias."""
+    from seq2seq.model.tensor_files import SafetensorsReader
 
-    def counted(self, src, *args, **kwargs):
-        if inside[0]:
-            copies.append(tuple(src.shape))
-        return copy_(self, src, *args, **kwargs)
+    reads = []
+    read = SafetensorsReader.read
 
-    def loading(*args):
-        inside[0] = True
-        try:
-            return copy_weights(*args)
-        finally:
-            inside[0] = False
+    def counted(self, name, out=None):
+        got = read(self, name, out=out)
+        reads.append((name, out is not None and got.data_ptr() == out.data_ptr()))
+        return got
 
-    monkeypatch.setattr(torch.Tensor, "copy_", counted)
-    monkeypatch.setattr(model_directory, "_copy_weights", loading)
+    monkeypatch.setattr(SafetensorsReader, "read", counted)
     loaded = load_model_dir(model_dir)
     monkeypatch.undo()
     stored = load_file(str(model_dir / "model.safetensors"))
-    assert sorted(copies) == sorted(tuple(t.shape) for t in stored.values())
+    assert sorted(reads) == sorted((name, True) for name in stored)
     state = loaded.model.state_dict()
     for name, tensor in stored.items():
         assert torch.equal(state[name], tensor), name
+
+
+def test_streamed_safetensors_are_the_library_file_and_read_back(tmp_path: Path) -> None:
+    """``write_safetensors`` writes what safetensors' own ``save`` writes (header made
+    canonical), for every dtype a model directory may hold; the reader reads each tensor back,
+    into a given tensor when the dtype agrees, and refuses a truncated file."""
+    import struct
+
+    from safetensors.torch import save
+
+    from seq2seq.model.tensor_files import SafetensorsReader
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        "b.w": torch.randn(3, 4, generator=g),
+        "a": torch.randn(5, generator=g).half(),
+        "c": torch.randn(2, 2, generator=g).bfloat16(),
+        "d": torch.randn(2, generator=g).double(),
+        "i": torch.arange(7),
+        "j": torch.arange(3, dtype=torch.int32),
+        "m": torch.tensor([True, False]),
+        "u": torch.arange(3, dtype=torch.uint8),
+        "e": torch.zeros(0, 3),
+        "s": torch.tensor(1.5),
+    }
+    metadata = {"format": "x", "version": "1"}
+    data = save(tensors, metadata=metadata)
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.dumps(json.loads(data[8 : 8 + n]), sort_keys=True, separators=(",", ":"))
+    header = header.encode() + b" " * (-len(header) % 8)
+    assert (
+        safetensors_bytes(tensors, metadata)
+        == struct.pack("<Q", len(header)) + header + data[8 + n :]
+    )
+    path = tmp_path / "t.safetensors"
+    path.write_bytes(safetensors_bytes(tensors, metadata))
+    with SafetensorsReader(path) as f:
+        assert f.metadata == metadata and set(f.keys()) == set(tensors)
+        for name, tensor in tensors.items():
+            assert torch.equal(f.read(name), tensor) and f.read(name).dtype == tensor.dtype
+        into = torch.empty(3, 4)
+        assert f.read("b.w", out=into) is into and torch.equal(into, tensors["b.w"])
+    path.write_bytes(path.read_bytes()[:-4])
+    with pytest.raises(ValueError, match="do not fit"):
+        SafetensorsReader(path)

@@ -88,6 +88,12 @@ def require(module: str):
 
 
 def _spm_files(model_dir: Path) -> list[str]:
+    from seq2seq.data import LANGUAGES_FILE, M2M100_SPM, M2M100_VOCAB, NLLB_TOKENIZER
+
+    # (export.json's check below names languages.json, LANGUAGES_FILE, as a tokenizer file)
+    languages = (LANGUAGES_FILE, M2M100_SPM, M2M100_VOCAB, NLLB_TOKENIZER)
+    if (model_dir / LANGUAGES_FILE).is_file():  # a converted M2M100 / NLLB model's tokenizer
+        return [n for n in languages if (model_dir / n).is_file()]
     names = [n for n in SPM_FILES if (model_dir / n).is_file()]
     if not names:
         raise ExportError(f"{model_dir} has no SentencePiece model (spm.model)")
@@ -257,7 +263,7 @@ def read_export_info(export_dir: str | Path, *, engine: str, verify: bool = True
     if (
         not isinstance(files, dict)
         or not required <= set(files)
-        or not any(name.startswith("spm") for name in files)
+        or not any(name.startswith("spm") or name == "languages.json" for name in files)
     ):
         raise ExportError(f"{path} does not list the folder's files (config, SentencePiece)")
     if info.get("engine") != engine:

@@ -33,23 +33,13 @@ from seq2seq.data import (
     read_vocab_map,
 )
 from seq2seq.model.directory import check_finite, check_out_dir, save_model_dir
+from seq2seq.model.hf_weights import HFWeights, read_hf_weights, read_json
 from seq2seq.model.marian import ACTIVATIONS, from_marian_weights, marian_shapes, our_order
 from seq2seq.model.transformer import build_model
 
 __all__ = ["checked_config", "convert_marian", "read_marian_config"]
 
-_SAFETENSORS = "model.safetensors"
-_PICKLE = "pytorch_model.bin"
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise UserError(f"{path} is not valid JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise UserError(f"{path} is not a JSON object")
-    return data
+_read_json = read_json  # the converters' one JSON reader, under the name they import
 
 
 def read_marian_config(hf_dir: str | Path) -> dict:
@@ -62,7 +52,7 @@ def read_marian_config(hf_dir: str | Path) -> dict:
     path = Path(hf_dir) / "config.json"
     if not path.is_file():
         raise UserError(f"{path} not found: {hf_dir} is not a Hugging Face model folder")
-    cfg = _read_json(path)
+    cfg = read_json(path)
     if cfg.get("model_type") != "marian":
         raise UserError(
             f"{path}: model_type is {cfg.get('model_type')!r}; seq2seq converts 'marian' models"
@@ -142,73 +132,29 @@ def checked_config(
     return experiment
 
 
-def _read_shard(path: Path) -> dict[str, torch.Tensor]:
-    """One weights file's tensors: safetensors, or a ``.bin`` read with ``weights_only``."""
-    if path.suffix == ".safetensors":
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
-        try:
-            return load_file(str(path))
-        except (SafetensorError, OSError, ValueError) as e:
-            raise UserError(f"{path} is not a safetensors file ({e})") from None
-    try:
-        tensors = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 (an unpickling error of any kind is the same)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise UserError(f"{path} cannot be read safely ({first})") from None
-    if not isinstance(tensors, dict):
-        raise UserError(f"{path} does not hold a state dict")
-    return tensors
+def _read_weights(hf_dir: Path) -> tuple[HFWeights, Path]:
+    """The folder's tensors (read lazily, :func:`~seq2seq.model.hf_weights.read_hf_weights`)
+    and the file that messages name."""
+    tensors = read_hf_weights(hf_dir)
+    return tensors, tensors.path
 
 
-def _read_sharded(index: Path) -> dict[str, torch.Tensor]:
-    """The tensors of a sharded checkpoint: ``index``'s ``weight_map`` names each one's file."""
-    weight_map = _read_json(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
-        raise UserError(f"{index} has no weight_map")
-    files = sorted(set(weight_map.values()), key=str)
-    for name in files:
-        if not isinstance(name, str) or Path(name).name != name:
-            raise UserError(f"{index}: shard {name!r} is not a file name in {index.parent}")
-        if not (index.parent / name).is_file():
-            raise UserError(f"{index.parent / name} not found: {index.name} lists it")
-    tensors: dict[str, torch.Tensor] = {}
-    for name in files:
-        shard = _read_shard(index.parent / name)
-        for key, file in weight_map.items():
-            if file == name:
-                if key not in shard:
-                    raise UserError(f"{index.parent / name}: weight {key} is missing")
-                tensors[key] = shard[key]
-    return tensors
-
-
-def _read_weights(hf_dir: Path) -> tuple[dict[str, torch.Tensor], Path]:
-    """The folder's tensors, read without running pickled code: one file, or shards that an
-    ``.index.json`` lists (``save_pretrained(max_shard_size=...)``); safetensors first."""
-    for name in (_SAFETENSORS, _PICKLE):
-        path = hf_dir / name
-        if path.is_file():
-            return _read_shard(path), path
-        index = hf_dir / f"{name}.index.json"
-        if index.is_file():
-            return _read_sharded(index), index
-    raise UserError(
-        f"no weights in {hf_dir} (expected {_SAFETENSORS}, {_PICKLE} or a sharded "
-        f"{_SAFETENSORS}.index.json)"
-    )
-
-
-def _check_shapes(tensors: dict[str, torch.Tensor], expected: dict, weights: Path) -> None:
+def _check_shapes(
+    tensors: HFWeights | dict[str, torch.Tensor], expected: dict, weights: Path
+) -> None:
+    """Compare the folder's tensor shapes (an :class:`HFWeights`' headers: nothing read) with
+    the config's."""
+    shapes = getattr(tensors, "shapes", None)
+    if shapes is None:
+        shapes = {k: tuple(v.shape) for k, v in tensors.items()}
     for name, shape in expected.items():
-        if name == "model.shared.weight" and name not in tensors:
+        if name == "model.shared.weight" and name not in shapes:
             name = "model.encoder.embed_tokens.weight"
-        if name == "final_logits_bias" and name not in tensors:
+        if name == "final_logits_bias" and name not in shapes:
             continue  # absent: zero
-        if name not in tensors:
+        if name not in shapes:
             raise UserError(f"{weights}: weight {name} is missing")
-        have = tuple(tensors[name].shape)
+        have = tuple(shapes[name])
         if have != tuple(shape) and not (name == "final_logits_bias" and have == shape[1:]):
             raise UserError(
                 f"{weights}: {name} has shape {list(have)}, but config.json says {list(shape)}"
@@ -296,7 +242,7 @@ def _marian_experiment(hf_dir: Path, cfg: dict, pair: str | None) -> ExperimentC
 def _separate_vocabs(hf_dir: Path) -> bool:
     """Whether the tokenizer maps the target through a ``target_vocab.json`` of its own."""
     path = hf_dir / "tokenizer_config.json"
-    separate = path.is_file() and _read_json(path).get("separate_vocabs") is True
+    separate = path.is_file() and read_json(path).get("separate_vocabs") is True
     if separate and not (hf_dir / TARGET_VOCAB_FILE).is_file():
         raise UserError(f"{hf_dir / TARGET_VOCAB_FILE} not found: {path} says separate_vocabs")
     return separate
@@ -386,7 +332,7 @@ def convert_marian(
         tgt_vocab, tgt_order = _vocabulary(
             tgt_path, ("decoder_vocab_size", n_tgt), pad=pad, eos=eos
         )
-    tensors, weights_path = _read_weights(hf_dir)
+    tensors, weights_path = _read_weights(hf_dir)  # nothing read yet: shapes from headers
     check_finite(tensors, weights_path)
     n_enc, n_dec = cfg["encoder_layers"], cfg["decoder_layers"]
     shapes = marian_shapes(
@@ -408,11 +354,10 @@ def convert_marian(
         tgt_order=tgt_order,
         tied=tied,
     )
-    del tensors
-    model = build_model(
-        model_cfg, src_vocab_size=len(vocab), tgt_vocab_size=len(tgt_vocab), pad_id=0
-    )
-    model.load_state_dict(ours, strict=False)  # the tied and shared aliases are one tensor
+    with torch.device("meta"):  # shapes only: each tensor is converted as it is written
+        model = build_model(
+            model_cfg, src_vocab_size=len(vocab), tgt_vocab_size=len(tgt_vocab), pad_id=0
+        )
     with atomic_dir(out_dir, overwrite=force) as tmp:
         shutil.copyfile(hf_dir / "source.spm", tmp / SRC_MODEL)
         shutil.copyfile(hf_dir / "target.spm", tmp / TGT_MODEL)

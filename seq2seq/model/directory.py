@@ -27,14 +27,13 @@ shapes (read from the safetensors header) before any weight is allocated.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
-import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save
 
 from seq2seq.config import ConfigError, ExperimentConfig, dump_config, load_config
 from seq2seq.core import UserError, atomic_open, printable, recover_replaced, sha256_file
@@ -48,6 +47,7 @@ from seq2seq.data import (
     TARGET_VOCAB_FILE,
     VOCAB_FILE,
 )
+from seq2seq.model.tensor_files import SafetensorsReader, layout_of, write_safetensors
 from seq2seq.model.transformer import Seq2SeqTransformer, build_model
 
 __all__ = [
@@ -226,23 +226,26 @@ def safetensors_bytes(
 
     safetensors writes its ``__metadata__`` from a Rust hash map, whose order changes from one
     call to the next; two saves of the same weights would then differ in bytes, and so in the
-    manifest's sha256. The header is rewritten here as canonical JSON (sorted keys, no spaces,
-    padded with spaces to a multiple of 8 bytes as the format asks); the tensor data, whose
-    offsets count from the end of the header, is kept as it is.
+    manifest's sha256. The header is written as canonical JSON (sorted keys, no spaces, padded
+    with spaces to a multiple of 8 bytes as the format asks) by
+    :func:`seq2seq.model.tensor_files.write_safetensors`, which :func:`save_model_dir` streams
+    to the file instead.
 
     Args:
-        tensors: The tensors to write (each made contiguous).
+        tensors: The tensors to write.
         metadata: String pairs for the header's ``__metadata__`` (None: none).
 
     Returns:
         The file's bytes.
     """
-    data = save({k: v.contiguous() for k, v in tensors.items()}, metadata=metadata)
-    (length,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8 : 8 + length])
-    text = json.dumps(header, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-    text += b" " * (-len(text) % 8)
-    return struct.pack("<Q", len(text)) + text + data[8 + length :]
+    buffer = io.BytesIO()
+    write_safetensors(buffer, layout_of(tensors), tensors.__getitem__, metadata)
+    return buffer.getvalue()
+
+
+Weights = Mapping[str, "torch.Tensor | Callable[[], torch.Tensor]"]
+"""Tensors to save, each one or a function that makes it (a converter's, called when the
+tensor is written, so that one converted tensor exists at a time)."""
 
 
 def save_model_dir(
@@ -250,22 +253,44 @@ def save_model_dir(
     model: torch.nn.Module,
     cfg: ExperimentConfig,
     *,
-    weights: dict[str, torch.Tensor] | None = None,
+    weights: Weights | None = None,
 ) -> Path:
     """Write config.yaml, model.safetensors and the manifest into ``model_dir``.
 
     The SentencePiece file(s) must already be in ``model_dir`` (the data module trains
-    them there). ``weights`` (e.g. an average of checkpoints) replaces the model's own.
+    them there). ``weights`` (e.g. an average of checkpoints, or a converter's tensors)
+    replaces the model's own; a function in it is called when its tensor is written, with the
+    dtype and shape of the model's tensor of that name (the model may then be built on the
+    meta device: it gives shapes only). The weights file is streamed, one tensor at a time.
     Each file is written atomically; the manifest is written last.
     """
     model_dir = Path(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
     with atomic_open(model_dir / CONFIG_FILE, "w", encoding="utf-8") as f:
         f.write(dump_config(cfg))
-    tensors = weights if weights is not None else state_dict_for_saving(model)
-    data = safetensors_bytes(tensors, {"format": FORMAT_NAME, "version": str(FORMAT_VERSION)})
+    if weights is None:
+        weights = {n: t.detach() for n, t in _unique_state(model).items()}
+    model_layout = layout_of(_unique_state(model)) if any(map(callable, weights.values())) else {}
+    if model_layout and set(model_layout) != set(weights):
+        extra, missing = (
+            sorted(set(weights) - set(model_layout)),
+            sorted(set(model_layout) - set(weights)),
+        )
+        raise ValueError(
+            f"weights do not fit the model: unexpected {extra[:3]}, missing {missing[:3]}"
+        )
+    layout = {
+        name: model_layout[name] if callable(value) else (value.dtype, tuple(value.shape))
+        for name, value in weights.items()
+    }
+
+    def make(name: str) -> torch.Tensor:
+        value = weights[name]
+        return value() if callable(value) else value
+
+    metadata = {"format": FORMAT_NAME, "version": str(FORMAT_VERSION)}
     with atomic_open(model_dir / WEIGHTS_FILE, "wb") as f:  # 0644 like every other file
-        f.write(data)
+        write_safetensors(f, layout, make, metadata)
     return write_manifest(model_dir)
 
 
@@ -329,10 +354,9 @@ def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
     """
     weights, config = model_dir / WEIGHTS_FILE, model_dir / CONFIG_FILE
     try:
-        with safe_open(str(weights), framework="pt") as f:
-            header = {k: f.get_slice(k) for k in f.keys()}
-            header = {k: (tuple(s.get_shape()), s.get_dtype()) for k, s in header.items()}
-    except (SafetensorError, OSError, ValueError) as e:
+        with SafetensorsReader(weights) as f:
+            header = {k: (info.shape, info.dtype) for k, info in f.infos.items()}
+    except (OSError, ValueError) as e:
         raise ModelDirError(f"{weights} is not a safetensors file: {e}") from None
     missing = sorted(set(expected) - set(header))
     unexpected = sorted(set(header) - set(expected))
@@ -350,11 +374,19 @@ def _check_weights(model_dir: Path, expected: dict[str, torch.Tensor]) -> None:
             raise ModelDirError(f"{weights}: {name} has dtype {dtype}, not a floating type")
 
 
+_CHUNK = 1 << 20  # elements checked at a time: the check's temporaries stay a few MB
+
+
 def _finite(weights: Path | str, name: str, tensor: torch.Tensor) -> torch.Tensor:
     """``tensor``, refused if it holds NaN or infinity: such a model translates every line to
     garbage or to nothing, without any other sign (a diverged run, a corrupted average)."""
-    if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-        bad = int((~torch.isfinite(tensor)).sum())
+    if not tensor.is_floating_point():
+        return tensor
+    flat = tensor.reshape(-1)
+    bad = sum(
+        int((~torch.isfinite(flat[i : i + _CHUNK])).sum()) for i in range(0, flat.numel(), _CHUNK)
+    )
+    if bad:
         raise ModelDirError(
             f"{weights}: {name} holds {bad} NaN or infinite values of {tensor.numel()}; "
             "the model is broken (a diverged run?)"
@@ -375,15 +407,21 @@ def check_finite(tensors: dict[str, torch.Tensor], where: Path | str) -> None:
 
 
 def _copy_weights(weights: Path, model: torch.nn.Module) -> None:
-    """Copy the tensors of ``weights`` into ``model``, one at a time: the memory peak is the
-    model plus its largest tensor, not twice the model (a tied or shared tensor is stored
-    once and copied once, into the one tensor its aliases share)."""
+    """Read the tensors of ``weights`` into ``model``, one at a time and straight into each
+    parameter's memory when the dtypes agree: the memory peak is the model (plus a tensor
+    whose dtype differs), not twice the model (a tied or shared tensor is stored once and
+    read once, into the one tensor its aliases share)."""
     targets = model.state_dict()  # tensors that share the parameters' storage
     try:
-        with safe_open(str(weights), framework="pt") as f, torch.no_grad():
+        with SafetensorsReader(weights) as f, torch.no_grad():
             for name in f.keys():
-                targets[name].copy_(_finite(weights, name, f.get_tensor(name)))
-    except (SafetensorError, OSError, ValueError) as e:
+                target = targets[name]
+                got = f.read(name, out=target)
+                if got is not target:  # another dtype (or layout): converted here
+                    target.copy_(got)
+                    del got
+                _finite(weights, name, target)
+    except (OSError, ValueError) as e:
         raise ModelDirError(f"{weights} cannot be read: {e}") from None
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -246,25 +247,55 @@ def _shapes(cfg: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def from_m2m100_weights(tensors: dict[str, torch.Tensor], cfg: dict, where: str) -> dict:
-    """The folder's tensors -> our state dict (float32), in :func:`m2m100_order`."""
-    shared = tensors.get("model.shared.weight")
-    if shared is None:
-        shared = tensors["model.encoder.embed_tokens.weight"]
-    rows = shared.size(0)
-    out = {"encoder.embedding.weight": shared.index_select(0, torch.tensor(m2m100_order(rows)))}
-    bias = torch.zeros(rows + 1)
-    bias[2] = START_BIAS  # our <s> (the decoder's start) is never generated
-    out["final_logits_bias"] = bias
+def from_m2m100_weights(
+    tensors: Mapping[str, torch.Tensor], cfg: dict, where: str
+) -> dict[str, Callable[[], torch.Tensor]]:
+    """The folder's tensors -> our state dict (float32), in :func:`m2m100_order`: for each of
+    our tensors a function that makes it (as :func:`seq2seq.model.marian.from_marian_weights`;
+    ``save_model_dir`` calls each as it writes it, so one converted tensor exists at a time).
+
+    Args:
+        tensors: the folder's tensors (a dict, or an ``HFWeights`` that reads each on lookup).
+        cfg: the folder's ``config.json``.
+        where: the file the messages name.
+    """
+    name = "model.shared.weight"
+    if name not in tensors:
+        name = "model.encoder.embed_tokens.weight"
+    shapes = getattr(tensors, "shapes", None) or {name: tuple(tensors[name].shape)}
+    rows = shapes[name][0]
+
+    def embedding() -> torch.Tensor:
+        return tensors[name].index_select(0, torch.tensor(m2m100_order(rows)))
+
+    def bias() -> torch.Tensor:
+        out = torch.zeros(rows + 1)
+        out[2] = START_BIAS  # our <s> (the decoder's start) is never generated
+        return out
+
+    def one(theirs: str) -> Callable[[], torch.Tensor]:
+        return lambda: tensors[theirs]
+
+    def cat(parts: list[str]) -> Callable[[], torch.Tensor]:
+        return lambda: torch.cat([tensors[p] for p in parts], dim=0)
+
+    out: dict[str, Callable[[], torch.Tensor]] = {
+        "encoder.embedding.weight": embedding,
+        "final_logits_bias": bias,
+    }
     for side, n in (("encoder", cfg["encoder_layers"]), ("decoder", cfg["decoder_layers"])):
         for i in range(n):
             for ours, theirs in marian_layer_names(side, i).items():
-                out[ours] = tensors[theirs]
+                out[ours] = one(theirs)
             for ours, parts in _fused(side, i):
-                out[ours] = torch.cat([tensors[p] for p in parts], dim=0)
+                out[ours] = cat(parts)
         for kind in ("weight", "bias"):
-            out[f"{side}.final_norm.{kind}"] = tensors[f"model.{side}.layer_norm.{kind}"]
-    return {k: v.to(torch.float32).contiguous() for k, v in out.items()}
+            out[f"{side}.final_norm.{kind}"] = one(f"model.{side}.layer_norm.{kind}")
+    return {k: _float32(f) for k, f in out.items()}
+
+
+def _float32(make: Callable[[], torch.Tensor]) -> Callable[[], torch.Tensor]:
+    return lambda: make().to(torch.float32).contiguous()
 
 
 def _pair(hf_dir: Path, languages: dict[str, int], pair: str | None) -> str:
@@ -348,9 +379,10 @@ def convert_m2m100(
     except UserError as e:
         raise UserError(f"{hf_dir / 'config.json'}: {e}") from None
     ours = from_m2m100_weights(tensors, cfg, str(weights_path))
-    del tensors
-    model = build_model(model_cfg, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, pad_id=0)
-    model.load_state_dict(ours, strict=False)  # the tied and shared aliases are one tensor
+    with torch.device("meta"):  # shapes only: each tensor is converted as it is written
+        model = build_model(
+            model_cfg, src_vocab_size=vocab_size, tgt_vocab_size=vocab_size, pad_id=0
+        )
     with atomic_dir(out_dir, overwrite=force) as tmp:
         if family == "m2m100":
             shutil.copyfile(hf_dir / M2M100_SPM, tmp / M2M100_SPM)

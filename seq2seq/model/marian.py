@@ -28,6 +28,8 @@ our ``<pad>`` row is dropped.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import torch
 from torch import Tensor
 
@@ -130,7 +132,7 @@ def _get(tensors: dict[str, Tensor], name: str, where: str) -> Tensor:
 
 
 def from_marian_weights(
-    tensors: dict[str, Tensor],
+    tensors: Mapping[str, Tensor],
     *,
     n_encoder_layers: int,
     n_decoder_layers: int,
@@ -138,13 +140,15 @@ def from_marian_weights(
     where: str,
     tgt_order: list[int] | None = None,
     tied: bool = True,
-) -> dict[str, Tensor]:
-    """Marian's tensors (names as ``save_pretrained`` writes them) -> our state dict.
+) -> dict[str, Callable[[], Tensor]]:
+    """Marian's tensors (names as ``save_pretrained`` writes them) -> our state dict, made
+    one tensor at a time.
 
     Args:
-        tensors: the Marian weights; ``model.shared.weight`` (or an ``embed_tokens`` copy), or
-            each side's ``embed_tokens``, and ``final_logits_bias`` included; position tables
-            are ignored (computed).
+        tensors: the Marian weights (a dict, or :class:`~seq2seq.model.hf_weights.HFWeights`,
+            which reads each on lookup); ``model.shared.weight`` (or an ``embed_tokens``
+            copy), or each side's ``embed_tokens``, and ``final_logits_bias`` included;
+            position tables are ignored (computed).
         n_encoder_layers: encoder layers in the config.
         n_decoder_layers: decoder layers in the config.
         order: :func:`our_order` for the (source) vocabulary.
@@ -154,41 +158,58 @@ def from_marian_weights(
         tied: the output projection is the target embedding (else ``lm_head.weight``).
 
     Returns:
-        Our tensors, float32, under the names :func:`seq2seq.model.directory.state_dict_for_saving`
-        gives (a shared embedding once, as ``encoder.embedding.weight``).
+        For each of our tensors (under the names
+        :func:`seq2seq.model.directory.state_dict_for_saving` gives: a shared embedding once,
+        as ``encoder.embedding.weight``), a function that makes it, float32 and contiguous,
+        from the Marian tensors it needs; :func:`seq2seq.model.directory.save_model_dir`
+        calls each as it writes it.
 
     Raises:
-        UserError: a missing weight, naming it.
+        UserError: a missing weight, naming it (when its tensor is made).
     """
     separate = tgt_order is not None
-    if tgt_order is None:
-        src = tensors.get("model.shared.weight")
-        if src is None:
-            src = _get(tensors, "model.encoder.embed_tokens.weight", where)
-        tgt_order = order
-    else:
-        src = _get(tensors, "model.encoder.embed_tokens.weight", where)
-    index, tgt_index = torch.tensor(order), torch.tensor(tgt_order)
-    out = {"encoder.embedding.weight": src.index_select(0, index)}
+    index, tgt_index = torch.tensor(order), torch.tensor(order if tgt_order is None else tgt_order)
+
+    def rows(names: list[str], idx: Tensor) -> Callable[[], Tensor]:
+        def make() -> Tensor:
+            name = next((n for n in names if n in tensors), names[-1])
+            return _get(tensors, name, where).index_select(0, idx)
+
+        return make
+
+    def bias() -> Tensor:
+        b = tensors.get("final_logits_bias")
+        b = torch.zeros(len(tgt_index) - 1) if b is None else b.reshape(-1)
+        b = b.index_select(0, tgt_index).clone()
+        b[BOS_ID] = START_BIAS
+        return b
+
+    def one(name: str) -> Callable[[], Tensor]:
+        return lambda: _get(tensors, name, where)
+
+    def cat(parts: list[str]) -> Callable[[], Tensor]:
+        return lambda: torch.cat([_get(tensors, p, where) for p in parts], dim=0)
+
+    src_names = ["model.encoder.embed_tokens.weight"]
+    if not separate:
+        src_names.insert(0, "model.shared.weight")
+    out: dict[str, Callable[[], Tensor]] = {"encoder.embedding.weight": rows(src_names, index)}
     if separate:
-        tgt = _get(tensors, "model.decoder.embed_tokens.weight", where)
-        out["decoder.embedding.weight"] = tgt.index_select(0, tgt_index)
+        out["decoder.embedding.weight"] = rows(["model.decoder.embed_tokens.weight"], tgt_index)
     if not tied:
-        out["output_proj.weight"] = _get(tensors, "lm_head.weight", where).index_select(
-            0, tgt_index
-        )
-    bias = tensors.get("final_logits_bias")
-    bias = torch.zeros(len(tgt_order) - 1) if bias is None else bias.reshape(-1)
-    bias = bias.index_select(0, tgt_index).clone()
-    bias[BOS_ID] = START_BIAS
+        out["output_proj.weight"] = rows(["lm_head.weight"], tgt_index)
     out["final_logits_bias"] = bias
     for side, n in (("encoder", n_encoder_layers), ("decoder", n_decoder_layers)):
         for i in range(n):
             for ours, theirs in marian_layer_names(side, i).items():
-                out[ours] = _get(tensors, theirs, where)
+                out[ours] = one(theirs)
             for ours, parts in _fused(side, i):
-                out[ours] = torch.cat([_get(tensors, p, where) for p in parts], dim=0)
-    return {k: v.to(torch.float32).contiguous() for k, v in out.items()}
+                out[ours] = cat(parts)
+    return {k: _float32(f) for k, f in out.items()}
+
+
+def _float32(make: Callable[[], Tensor]) -> Callable[[], Tensor]:
+    return lambda: make().to(torch.float32).contiguous()
 
 
 def to_marian_weights(

@@ -1,0 +1,229 @@
+"""Peak memory of converting and loading a pretrained model of NLLB-600M's size.
+
+Builds a folder with transformers' own classes in NLLB-200-distilled-600M's shape (12+12
+layers, d_model 1024, 16 heads, ffn 4096, 256,206 embedding rows; random weights, float32:
+about 2.5 GB of weights), then, each in a fresh process that reports its own peak RSS
+(VmHWM):
+
+- ``convert``: ``seq2seq convert FAMILY HF_DIR --out MODEL_DIR``;
+- ``translate``: ``seq2seq translate MODEL_DIR`` of a few sentences at beam 4 (a short
+  length limit: the weights are random, and loading is what is measured).
+
+Prints the weights file's size, each peak and its ratio to the file (targets: convert at most
+1.5x, translate at most 1.3x). ``--family m2m100`` builds an ``M2M100ForConditionalGeneration``
+folder with an NLLB tokenizer (its SentencePiece model padded to NLLB's 256,000 pieces);
+``--family marian`` a MarianMTModel folder of the same shape and row count (the loading and
+conversion paths they share are the same code).
+
+    SEQ2SEQ_MIRROR=/path/to/mirror python benchmarks/pretrained_memory.py --family m2m100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from needs import mirror, run
+from pretrained import _lines, _peak_rss_mib
+
+ROWS = 256_206  # NLLB-200's embedding rows (its tokenizer has 256,204 ids)
+SPM_PIECES = 256_000  # NLLB's SentencePiece model
+SHAPE = dict(d_model=1024, layers=12, heads=16, ffn=4096)
+
+
+def _padded_spm(root: Path, work: Path, pieces: int) -> Path:
+    """A SentencePiece model trained on Multi30K, padded with unused pieces to ``pieces``."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    text = work / "train.txt"
+    lines = _lines(root, "train", "en", 29_000) + _lines(root, "train", "de", 29_000)
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(text),
+        model_prefix=str(work / "sp"),
+        vocab_size=8000,
+        model_type="unigram",
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    proto = pb.ModelProto()
+    proto.ParseFromString((work / "sp.model").read_bytes())
+    have = {p.piece for p in proto.pieces}
+    i = 0
+    while len(proto.pieces) < pieces:
+        name = f"\u2581unused{i}"
+        i += 1
+        if name not in have:
+            proto.pieces.add(piece=name, score=-1e4, type=pb.ModelProto.SentencePiece.NORMAL)
+    path = work / "padded.model"
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+def build_m2m100(root: Path, out: Path) -> None:
+    """A random NLLB-600M-shaped M2M100 folder with an NLLB tokenizer, saved at ``out``."""
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+
+    out.mkdir(parents=True)
+    work = out.parent / "spm"
+    work.mkdir(exist_ok=True)
+    shutil.copyfile(_padded_spm(root, work, SPM_PIECES), out / "sentencepiece.bpe.model")
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    tok = NllbTokenizer.from_pretrained(  # NLLB-200's 202 language codes, in its order
+        str(out),
+        additional_special_tokens=list(FAIRSEQ_LANGUAGE_CODES),
+        src_lang="eng_Latn",
+        tgt_lang="deu_Latn",
+    )
+    assert tok.convert_tokens_to_ids("eng_Latn") != tok.unk_token_id
+    assert len(tok) > SPM_PIECES, len(tok)  # the pieces and the language codes
+    tok.save_pretrained(out)
+    (out / "sentencepiece.bpe.model").unlink()  # the tokenizer.json holds it all
+    config = M2M100Config(
+        vocab_size=ROWS,
+        d_model=SHAPE["d_model"],
+        encoder_layers=SHAPE["layers"],
+        decoder_layers=SHAPE["layers"],
+        encoder_attention_heads=SHAPE["heads"],
+        decoder_attention_heads=SHAPE["heads"],
+        encoder_ffn_dim=SHAPE["ffn"],
+        decoder_ffn_dim=SHAPE["ffn"],
+        activation_function="relu",
+        max_position_embeddings=1024,
+        scale_embedding=True,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = M2M100ForConditionalGeneration(config).eval()
+    model.save_pretrained(out)
+
+
+def build_marian(root: Path, out: Path) -> None:
+    """A random MarianMTModel folder of the same shape and row count, saved at ``out``."""
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel
+
+    out.mkdir(parents=True)
+    work = out.parent / "spm"
+    work.mkdir(exist_ok=True)
+    model_file = _padded_spm(root, work, 8000)
+    for side in ("source", "target"):
+        shutil.copyfile(model_file, out / f"{side}.spm")
+    vocab = {"</s>": 0, "<unk>": 1}
+    sp = spm.SentencePieceProcessor(model_file=str(model_file))
+    for i in range(sp.get_piece_size()):
+        if not (sp.is_control(i) or sp.is_unknown(i)):
+            vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    while len(vocab) < ROWS - 1:
+        vocab[f"\u2581filler{len(vocab)}"] = len(vocab)
+    vocab["<pad>"] = ROWS - 1
+    (out / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
+    (out / "tokenizer_config.json").write_text(
+        json.dumps({"source_lang": "en", "target_lang": "de", "separate_vocabs": False})
+    )
+    config = MarianConfig(
+        vocab_size=ROWS,
+        decoder_vocab_size=ROWS,
+        d_model=SHAPE["d_model"],
+        encoder_layers=SHAPE["layers"],
+        decoder_layers=SHAPE["layers"],
+        encoder_attention_heads=SHAPE["heads"],
+        decoder_attention_heads=SHAPE["heads"],
+        encoder_ffn_dim=SHAPE["ffn"],
+        decoder_ffn_dim=SHAPE["ffn"],
+        activation_function="relu",
+        max_position_embeddings=1024,
+        pad_token_id=ROWS - 1,
+        eos_token_id=0,
+        decoder_start_token_id=ROWS - 1,
+        forced_eos_token_id=0,
+        scale_embedding=True,
+    )
+    torch.manual_seed(0)
+    MarianMTModel(config).eval().save_pretrained(out)
+
+
+def _weights_bytes(hf_dir: Path) -> int:
+    files = list(hf_dir.glob("*.safetensors")) + list(hf_dir.glob("*.bin"))
+    return sum(p.stat().st_size for p in files)
+
+
+def measure(argv: list[str]) -> None:
+    """Run ``seq2seq ARGV`` in this process; print its peak RSS (MiB) and seconds as JSON."""
+    from seq2seq.cli import main
+
+    start = time.perf_counter()
+    status = main(argv)
+    seconds = time.perf_counter() - start
+    if status:
+        raise SystemExit(status)
+    print(json.dumps({"peak_rss_mib": _peak_rss_mib(), "seconds": seconds}))
+
+
+def _child(*argv: str) -> dict:
+    cmd = [sys.executable, __file__, "--measure", *argv]
+    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
+    if out.returncode:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{out.stderr}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--measure":
+        measure(sys.argv[2:])
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
+    ap.add_argument("--family", choices=("m2m100", "marian"), default="m2m100")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--work", help="keep the built folder here and reuse it")
+    args = ap.parse_args()
+    root = Path(mirror(args.mirror))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    with tempfile.TemporaryDirectory(prefix="pretrained-memory-") as tmp:
+        tmp = Path(args.work) if args.work else Path(tmp)
+        hf_dir, model_dir = tmp / f"hf-{args.family}", tmp / f"converted-{args.family}"
+        if not hf_dir.is_dir():
+            (build_m2m100 if args.family == "m2m100" else build_marian)(root, hf_dir)
+        shutil.rmtree(model_dir, ignore_errors=True)
+        size = _weights_bytes(hf_dir)
+        convert = _child("convert", args.family, str(hf_dir), "--out", str(model_dir))
+        text = tmp / "src.txt"
+        text.write_text("\n".join(_lines(root, "test_2016_flickr", "en", 4)) + "\n")
+        lang = ["--source-lang", "eng_Latn", "--target-lang", "deu_Latn"]
+        translate = _child(
+            "translate", str(model_dir), "-i", str(text), "-o", str(tmp / "out.txt"),
+            "--beam", "4", "--max-len-a", "0", "--max-len-b", "4", "--threads", str(args.threads),
+            *(lang if args.family == "m2m100" else []),
+        )  # fmt: skip
+        mib = size / 2**20
+        model_mib = (model_dir / "model.safetensors").stat().st_size / 2**20
+        print(f"{args.family}, NLLB-600M's shape (12+12 layers, d_model 1024, {ROWS:,} rows)")
+        print(f"weights file {mib:.0f} MiB; converted model.safetensors {model_mib:.0f} MiB")
+        print("| step | peak RSS (MiB) | vs weights file | target | seconds |")
+        print("|---|---|---|---|---|")
+        for name, row, target in (("convert", convert, 1.5), ("translate", translate, 1.3)):
+            ratio = row["peak_rss_mib"] / mib
+            print(
+                f"| {name} | {row['peak_rss_mib']:.0f} | {ratio:.2f}x | <= {target}x | "
+                f"{row['seconds']:.1f} |"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    run(main)
