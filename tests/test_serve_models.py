@@ -66,7 +66,8 @@ def serve_models(dirs, body, *, pairs=(), loads=None, gate=None, **config):
         return load_here(model.load_target, engine=model.engine, device="cpu", search={})
 
     app = create_app(
-        config=ServeConfig(**config),
+        # the models are untrained and loop: compared with offline translation, unguarded
+        config=ServeConfig(**{"repetition_guard": False, **config}),
         executor=executor,
         models=planned(dirs, *pairs),
         load=load,
@@ -236,7 +237,7 @@ def test_a_failed_load_is_a_503_and_the_next_request_tries_again(dirs, offline):
 
     executor = engine_thread()
     app = create_app(
-        config=ServeConfig(max_loaded=1),
+        config=ServeConfig(max_loaded=1, repetition_guard=False),
         executor=executor,
         models=planned(dirs, "en-de"),
         load=flaky,
@@ -369,7 +370,14 @@ def test_a_real_server_routes_pivots_and_keeps_its_budget(dirs, offline):
     from test_serve_process import ServerProcess
 
     srv = ServerProcess(
-        [], "--model", str(dirs["fr-en"]), "--model", str(dirs["en-de"]), "--max-loaded", "1"
+        [],
+        "--model",
+        str(dirs["fr-en"]),
+        "--model",
+        str(dirs["en-de"]),
+        "--max-loaded",
+        "1",
+        "--no-repetition-guard",
     )
     try:
         with httpx.Client(base_url=srv.url, timeout=60) as client:
@@ -402,6 +410,7 @@ def test_an_export_folder_is_a_model_with_its_own_engine(dirs, offline, tmp_path
     executor = engine_thread()
     app = create_app(
         executor=executor,
+        config=ServeConfig(repetition_guard=False),  # untrained models loop
         models=models,
         load=lambda m: load_here(m.load_target, engine=m.engine, device="cpu", search={}),
     )

@@ -195,9 +195,15 @@ def test_files_are_shared_expire_and_stay_bounded(flushed):
             await b.close()
 
     got, after_bound, expired, unknown = asyncio.run(main())
-    assert (got.name, got.media_type, got.data) == ("a.de.txt", "text/plain", "äaa".encode())
+    assert (got.name, got.media_type, got.data) == (
+        "a.de.txt",
+        "text/plain; charset=utf-8",
+        "äaa".encode(),
+    )
     assert after_bound[0] is None
-    assert after_bound[1].media_type == "text/html" and after_bound[2].data == b"cccc"
+    assert (
+        after_bound[1].media_type == "text/html; charset=utf-8" and after_bound[2].data == b"cccc"
+    )
     assert expired == [None, None] and unknown is None
 
 

@@ -1,6 +1,6 @@
 """Serving: the HTTP server (native and LibreTranslate APIs): its app, request schemas and
 bodies, translation service, dynamic batching, several models (routing, pivoting, a memory
-budget), paragraphs, API keys and rate limits, named glossaries, the state they live in (in memory or in Redis),
+budget), API keys and rate limits, named glossaries, the state they live in (in memory or in Redis),
 worker processes, language detection, HTML and file translation, metrics, the web page and the
 launcher.
 
@@ -19,7 +19,6 @@ _HOMES = {
     "SqliteGlossaries": "glossaries",
     "read_models_file": "model_specs",
     "serve": "launcher",
-    "split_text": "paragraphs",
 }
 __all__ = sorted(_HOMES)
 __getattr__ = lazy_exports(__name__, _HOMES)

@@ -97,13 +97,15 @@ def open_state(config: ServeConfig) -> State:
 
 def _planned(translator, info: ModelInfo) -> PlannedModel:
     """A loaded translator as a model of the pool."""
+    many = info.many  # M2M100 / NLLB: any two of its languages
     return PlannedModel(
         name=info.id,
         engine=info.engine,
         folders=(Path(info.path),),
-        directions=tuple(info.directions),
-        multilingual=bool(getattr(translator, "multilingual", False)),
+        directions=tuple((a, b) for a in many for b in many if a != b) or tuple(info.directions),
+        multilingual=bool(many) or bool(getattr(translator, "multilingual", False)),
         search={},
+        aliases=tuple((c, x) for c, x in zip(info.model_codes, many) if c.lower() != x),
     )
 
 
@@ -153,7 +155,11 @@ def create_app(
         planned.insert(0, first)
         given[first.name] = (translator, info)
     check_names(planned)
-    router = Router([(m.name, m.directions, m.multilingual) for m in planned], pivot=config.pivot)
+    router = Router(
+        [(m.name, m.directions, m.multilingual) for m in planned],
+        pivot=config.pivot,
+        aliases=dict(a for m in planned for a in m.aliases),
+    )
     state = open_state(config)  # keys, counts and files: in memory, or shared through Redis
     access = Access(state, require_key=config.require_api_key, req_limit=config.req_limit)
     # named glossaries live next to the keys in the key file (none with --redis)

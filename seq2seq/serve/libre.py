@@ -172,6 +172,7 @@ def libre_routes(
 
     @api.get("/frontend/settings", summary="LibreTranslate: limits and options for clients")
     async def frontend_settings() -> dict:
+        loaded = pool.loaded()  # a model not loaded yet: judged by its engine's name
         return {
             "charLimit": config.max_chars,
             "frontendTimeout": 500,
@@ -181,7 +182,10 @@ def libre_routes(
             "filesTranslation": True,
             "supportedFilesFormat": sorted(FORMATS),
             # glossary and do_not_translate fields (constrained decoding: not on ctranslate2)
-            "glossaries": any(pool.model(n).engine != "ctranslate2" for n in pool.names()),
+            "glossaries": any(
+                loaded[n].can_constrain if n in loaded else pool.model(n).engine != "ctranslate2"
+                for n in pool.names()
+            ),
             "namedGlossaries": glossaries is not None,
             "language": {
                 "source": {"code": default_source, "name": _name(default_source)},

@@ -87,6 +87,9 @@ class PlannedModel:
     multilingual: bool
     search: Mapping[str, Any]
     preload: bool | None = None
+    aliases: tuple[tuple[str, str], ...] = ()
+    """A many-language model's own codes (``deu_Latn``) and the served code each stands for
+    (``de``): requests may name either, in any case."""
 
     @property
     def load_target(self) -> Path | list[Path]:
@@ -130,12 +133,14 @@ def plan_model(spec: ModelSpec, search: Mapping[str, Any] | None = None) -> Plan
     cfg = load_config(folders[0] / "config.yaml")
     directions = tuple(cfg.data.directions)
     multilingual = bool(cfg.data.multilingual)
+    aliases: tuple[tuple[str, str], ...] = ()
     if (folders[0] / LANGUAGES_FILE).is_file():
         # M2M100 / NLLB: any two of its languages, by their LibreTranslate codes
         codes = model_languages(folders[0])
         libre = [libre_code(c, codes) for c in codes]
         directions = tuple((a, b) for a in libre for b in libre if a != b)
         multilingual = True
+        aliases = tuple((c, x) for c, x in zip(codes, libre) if c.lower() != x)
     if not directions:
         raise UserError(f"{folders[0] / 'config.yaml'}: the model names no language direction")
     if spec.directions is not None:
@@ -167,6 +172,7 @@ def plan_model(spec: ModelSpec, search: Mapping[str, Any] | None = None) -> Plan
         directions=directions,
         multilingual=multilingual,
         search=merged,
+        aliases=aliases,
         preload=spec.preload,
     )
 

@@ -19,10 +19,11 @@ The table is built once from what the models' configs say (:class:`~seq2seq.serv
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from seq2seq.core import UserError
+from seq2seq.core import UserError, printable
 from seq2seq.serve.bodies import RequestError
 
 __all__ = ["Leg", "Route", "Router"]
@@ -71,6 +72,8 @@ class Router:
         models: ``(name, directions, multilingual)`` of each model, in the order given (the
             first model's first direction is the server's default pair).
         pivot: the pivot language (None: no pivoting).
+        aliases: other names of served languages (a many-language model's own codes, such
+            as ``deu_Latn`` for ``de``; matched in any case).
 
     Raises:
         UserError: two models claim a direction and the rule does not choose.
@@ -81,7 +84,10 @@ class Router:
         models: Sequence[tuple[str, Sequence[tuple[str, str]], bool]],
         *,
         pivot: str | None = "en",
+        aliases: dict[str, str] | None = None,
     ) -> None:
+        self.aliases = {k.lower(): v for k, v in (aliases or {}).items()}
+        self._alias_names = list(aliases or {})  # as the model writes them: suggestions
         if not models:
             raise UserError("give at least one model to serve")
         self.pivot = pivot.strip().lower() if pivot else None
@@ -124,15 +130,32 @@ class Router:
         Raises:
             RequestError: 400 naming the languages served, for a pair that has no route.
         """
-        t = (target or self.default[1]).strip().lower()
+        t = self.served_code(target or self.default[1])
         if source:
-            s = source.strip().lower()
+            s = self.served_code(source)
         else:
             direct = [a for a, b in self._direct if b == t]
             reach = direct or self.sources(t)
             s = self.default[0] if self.default[0] in reach or not reach else reach[0]
         found = self._routes.get((s, t))
         if found is None:
+            unknown = [
+                x for x in (source, target) if x and self.served_code(x) not in self._languages
+            ]
+            if unknown:
+                names = self._languages + self._alias_names
+                close = difflib.get_close_matches(unknown[0].strip(), names, n=5, cutoff=0.6)
+                close += difflib.get_close_matches(
+                    unknown[0].strip().lower(), names, n=5, cutoff=0.6
+                )
+                raise RequestError(
+                    400,
+                    f"unknown language {printable(unknown[0])}"
+                    + (f"; close codes: {', '.join(dict.fromkeys(close))}" if close else "")
+                    + f" (served languages: {', '.join(self._languages[:40])}"
+                    + (", ..." if len(self._languages) > 40 else "")
+                    + ")",
+                )
             pairs = ", ".join(f"{a}->{b}" for a, b in self._routes)
             raise RequestError(
                 400,
@@ -149,8 +172,15 @@ class Router:
         """The languages ``source`` is translated into (directly or through the pivot)."""
         return [t for s, t in self._routes if s == source]
 
+    def served_code(self, code: str) -> str:
+        """``code`` as the table names its language (lowercased; an alias resolved)."""
+        code = code.strip().lower()
+        return self.aliases.get(code, code)
+
     def sources(self, target: str | None = None) -> list[str]:
         """The languages translated into ``target`` (all sources when None), in order."""
+        if target is not None:
+            target = self.served_code(target)
         return list(dict.fromkeys(s for s, t in self._routes if target in (None, t)))
 
     def directions(self) -> list[tuple[str, str]]:

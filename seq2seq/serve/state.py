@@ -93,8 +93,8 @@ class State(Protocol):
         """
         ...
 
-    async def put_file(self, name: str, text: str) -> str:
-        """Keep ``text`` as the translated file ``name`` for ``--file-expiry`` seconds; its
+    async def put_file(self, name: str, data: bytes | str) -> str:
+        """Keep ``data`` (a str: as UTF-8) as the translated file ``name`` for ``--file-expiry`` seconds; its
         token (the URL's capability: 43 URL-safe characters).
 
         Raises:

@@ -77,8 +77,8 @@ class LocalState:
             await run_in_threadpool(self.keys.refresh)
         return self.check(key, address, req_limit, refresh=False)
 
-    async def put_file(self, name: str, text: str) -> str:
-        return self.files.put(name, text)
+    async def put_file(self, name: str, data: bytes | str) -> str:
+        return self.files.put(name, data)
 
     async def get_file(self, token: str) -> StoredFile | None:
         return self.files.get(token)

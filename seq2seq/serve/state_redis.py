@@ -308,13 +308,15 @@ class RedisState:
             else:
                 done.set_result(result)
 
-    async def put_file(self, name: str, text: str) -> str:
+    async def put_file(self, name: str, data: bytes | str) -> str:
         token = secrets.token_urlsafe(32)
+        if isinstance(data, str):
+            data = data.encode("utf-8")
         media = format_for(name)[1]
         async with self._answering():
             await self._put(
                 keys=[_FILE + token, _FILES, _SIZES, _BYTES],
-                args=[token, name, media, text.encode("utf-8"), self.file_expiry_ms,
+                args=[token, name, media, data, self.file_expiry_ms,
                       self.max_file_bytes, _FILE],
             )  # fmt: skip
         return token
