@@ -142,8 +142,8 @@ def _run_with_checkpoints(path: Path) -> Path:
 
 def _signal_inside_load(monkeypatch, signum: int, *, on_call: int) -> list[int]:
     """Send ``signum`` to this process while the ``on_call``-th load of weights (a model
-    directory's, or torch's ``load_state_dict``, which catches ``Exception``) copies its first
-    tensor."""
+    directory's, read in place, or torch's ``load_state_dict``, which catches ``Exception``)
+    reads or copies its first tensor."""
     calls = [0]
     armed = [False]
     load_state_dict, copy_ = torch.nn.Module.load_state_dict, torch.Tensor.copy_
@@ -166,9 +166,20 @@ def _signal_inside_load(monkeypatch, signum: int, *, on_call: int) -> list[int]:
             signal.pthread_kill(threading.get_ident(), signum)  # the handler runs here
         return copy_(self, *args, **kwargs)
 
+    from seq2seq.model import tensor_files
+
+    read = tensor_files.SafetensorsReader.read
+
+    def read_with_signal(self, *args, **kwargs):  # a model directory's tensors, read in place
+        if armed[0]:
+            armed[0] = False
+            signal.pthread_kill(threading.get_ident(), signum)
+        return read(self, *args, **kwargs)
+
     monkeypatch.setattr(torch.nn.Module, "load_state_dict", counting(load_state_dict))
     monkeypatch.setattr(model_directory, "_copy_weights", counting(copy_weights))
     monkeypatch.setattr(torch.Tensor, "copy_", copy_with_signal)
+    monkeypatch.setattr(tensor_files.SafetensorsReader, "read", read_with_signal)
     return calls
 
 

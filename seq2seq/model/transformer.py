@@ -128,12 +128,10 @@ class Seq2SeqTransformer(nn.Module):
             prev_blocks=prev_blocks,
             **common,
         )
-        if tie_output:  # built on the meta device: a (V, D) weight of its own, dropped at once,
-            with torch.device("meta"):  # would double the memory peak of loading a model
-                self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        if tie_output:
             self.output_proj.weight = tgt_embed.weight
         else:
-            self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
             init_embedding(self.output_proj.weight, d_model)
         # A buffer, not a parameter: fine-tuning leaves it as it is, as Marian's training does.
         self.final_logits_bias: Tensor | None

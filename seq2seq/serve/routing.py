@@ -142,7 +142,7 @@ class Router:
             unknown = [
                 x for x in (source, target) if x and self.served_code(x) not in self._languages
             ]
-            if unknown:
+            if unknown and self._alias_names:  # a many-language model: say which codes are close
                 names = self._languages + self._alias_names
                 close = difflib.get_close_matches(unknown[0].strip(), names, n=5, cutoff=0.6)
                 close += difflib.get_close_matches(
