@@ -470,7 +470,7 @@ def load_model_dir(model_dir: str | Path, *, device: str | torch.device = "cpu")
         raise ModelDirError(f"{config_path}: invalid model section ({e})") from None
     _check_weights(model_dir, _unique_state(skeleton))
     del skeleton
-    model = build_model(cfg.model, **sizes)
+    model = build_model(cfg.model, **sizes, weights_follow=True)
     _copy_weights(model_dir / WEIGHTS_FILE, model)
     model.to(device).eval()
     return LoadedModel(path=model_dir, cfg=cfg, model=model, tokenizer=tokenizer)

@@ -69,6 +69,7 @@ class Seq2SeqTransformer(nn.Module):
         window: int = 16,
         block_size: int = 8,
         prev_blocks: int = 1,
+        weights_follow: bool = False,
     ) -> None:
         super().__init__()
         if share_embeddings and src_vocab_size != tgt_vocab_size:
@@ -128,7 +129,11 @@ class Seq2SeqTransformer(nn.Module):
             prev_blocks=prev_blocks,
             **common,
         )
-        self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        if tie_output and weights_follow:  # a (V, D) weight drawn only to be dropped: none
+            with torch.device("meta"):
+                self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
+        else:  # (the draw keeps the random stream of a model built for training as it was)
+            self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
         if tie_output:
             self.output_proj.weight = tgt_embed.weight
         else:
@@ -265,10 +270,20 @@ class Seq2SeqTransformer(nn.Module):
 
 
 def build_model(
-    cfg: ModelConfig, *, src_vocab_size: int, tgt_vocab_size: int, pad_id: int
+    cfg: ModelConfig,
+    *,
+    src_vocab_size: int,
+    tgt_vocab_size: int,
+    pad_id: int,
+    weights_follow: bool = False,
 ) -> Seq2SeqTransformer:
-    """Build the model that ``cfg`` describes for the given vocabularies."""
+    """Build the model that ``cfg`` describes for the given vocabularies. ``weights_follow``:
+    every weight is read from a file next (a model directory being loaded), so a tied output
+    projection draws no (V, D) weight of its own, which loading would only drop (1 GB for an
+    NLLB-600M-shaped model); a model built for training draws it, as it always has, so that
+    its random stream, and so the model a seed trains, stay the same."""
     return Seq2SeqTransformer(
+        weights_follow=weights_follow,
         src_vocab_size=src_vocab_size,
         tgt_vocab_size=tgt_vocab_size,
         pad_id=pad_id,
