@@ -11,9 +11,9 @@ import posixpath
 
 from seq2seq.core import UserError
 from seq2seq.documents.base import Limits
-from seq2seq.documents.html import RunTranslation, html_kind
+from seq2seq.documents.html import html_kind
 from seq2seq.documents.projected import Projections
-from seq2seq.documents.zipped import Archive, parse_xml, serialize_xml
+from seq2seq.documents.zipped import Archive, ZippedXml, parse_xml
 
 __all__ = ["read"]
 
@@ -23,7 +23,7 @@ _OPF = "{http://www.idpf.org/2007/opf}"
 _TEXT_TYPES = {"application/xhtml+xml", "application/x-dtbncx+xml"}
 
 
-class EpubDocument:
+class EpubDocument(ZippedXml):
     def __init__(self, data: bytes, *, name: str, inline: bool, limits: Limits) -> None:
         self.archive = Archive.read(data, name=name, limits=limits, kind=_KIND)
         if self.archive.data.get("mimetype", b"").strip() != b"application/epub+zip":
@@ -50,20 +50,6 @@ class EpubDocument:
             tree = parse_xml(self.archive.data[part], where=f"{name}:{part}", doctype=True)
             self.trees[part] = tree
             self.runs.add(tree.getroot(), inline=inline, kind=html_kind)
-
-    @property
-    def texts(self) -> list[str]:
-        return self.runs.texts
-
-    @property
-    def boundaries(self) -> list[tuple[int, ...]]:
-        return self.runs.boundaries
-
-    def write(self, translations: list[RunTranslation]) -> bytes:
-        self.runs.apply(translations)
-        return self.archive.write(
-            {p: serialize_xml(t, self.archive.data[p]) for p, t in self.trees.items()}
-        )
 
 
 def read(data: bytes, *, name: str, inline: bool, limits: Limits) -> EpubDocument:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from seq2seq.core import UserError
 from seq2seq.documents.base import Limits
-from seq2seq.documents.html import RunTranslation
 from seq2seq.documents.projected import Projections
-from seq2seq.documents.zipped import Archive, parse_xml, serialize_xml
+from seq2seq.documents.zipped import Archive, ZippedXml, parse_xml
 
 __all__ = ["read"]
 
@@ -57,7 +56,7 @@ def _kind(el) -> str:
     return "block"
 
 
-class OdfDocument:
+class OdfDocument(ZippedXml):
     def __init__(self, data: bytes, *, name: str, inline: bool, limits: Limits) -> None:
         suffix = name[name.rfind(".") :].lower()
         kind = "OpenDocument " + ("text (.odt)" if suffix == ".odt" else "presentation (.odp)")
@@ -71,25 +70,12 @@ class OdfDocument:
         self.tree = parse_xml(
             self.archive.require("content.xml", kind), where=f"{name}:content.xml"
         )
+        self.trees = {"content.xml": self.tree}
         self.runs = Projections()
         body = self.tree.getroot().find(f"{_OFFICE}body")
         if body is None:
             raise UserError(f"{name}: not an {kind} (content.xml has no office:body)")
         self.runs.add(body, inline=inline, kind=_kind)
-
-    @property
-    def texts(self) -> list[str]:
-        return self.runs.texts
-
-    @property
-    def boundaries(self) -> list[tuple[int, ...]]:
-        return self.runs.boundaries
-
-    def write(self, translations: list[RunTranslation]) -> bytes:
-        self.runs.apply(translations)
-        return self.archive.write(
-            {"content.xml": serialize_xml(self.tree, self.archive.data["content.xml"])}
-        )
 
 
 def read(data: bytes, *, name: str, inline: bool, limits: Limits) -> OdfDocument:

@@ -15,9 +15,8 @@ import re
 from dataclasses import dataclass
 
 from seq2seq.documents.base import Limits
-from seq2seq.documents.html import RunTranslation
 from seq2seq.documents.runs import Group, Run, RunParagraphs
-from seq2seq.documents.zipped import Archive, parse_xml, serialize_xml
+from seq2seq.documents.zipped import Archive, ZippedXml, parse_xml
 
 __all__ = ["OoxmlDocument", "Tags"]
 
@@ -60,7 +59,7 @@ def _items(container, tags: Tags) -> list:
     return items
 
 
-class OoxmlDocument:
+class OoxmlDocument(ZippedXml):
     """The paragraphs of the parts ``parts`` (names matching the pattern) of an archive."""
 
     def __init__(
@@ -92,17 +91,3 @@ class OoxmlDocument:
                 self.trees[info.filename] = tree
                 paragraphs.extend(found)
         self.runs = RunParagraphs(paragraphs, inline=inline)
-
-    @property
-    def texts(self) -> list[str]:
-        return self.runs.texts
-
-    @property
-    def boundaries(self) -> list[tuple[int, ...]]:
-        return self.runs.boundaries
-
-    def write(self, translations: list[RunTranslation]) -> bytes:
-        self.runs.apply(translations)
-        return self.archive.write(
-            {n: serialize_xml(t, self.archive.data[n]) for n, t in self.trees.items()}
-        )

@@ -22,6 +22,7 @@ import io
 import re
 import zipfile
 from dataclasses import dataclass
+from typing import Any
 
 import defusedxml.ElementTree
 from lxml import etree
@@ -138,3 +139,29 @@ def serialize_xml(tree, original: bytes) -> bytes:
     if body.startswith(b"<?xml"):  # lxml declares an encoding other than UTF-8 itself
         return body
     return (head.group() if head else b"") + body
+
+
+class ZippedXml:
+    """What the zipped XML formats (docx, pptx, xlsx, odt, odp, epub) share: their ``archive``,
+    the XML parts they rewrite (``trees``, by part name) and their ``runs`` (the texts to
+    translate, their formatting boundaries, and ``apply``). :meth:`write` puts the translations
+    in and serializes each rewritten part over its original bytes; every other entry of the
+    archive keeps its bytes."""
+
+    archive: Archive
+    trees: dict
+    runs: Any
+
+    @property
+    def texts(self) -> list[str]:
+        return self.runs.texts
+
+    @property
+    def boundaries(self) -> list[tuple[int, ...]]:
+        return self.runs.boundaries
+
+    def write(self, translations: list) -> bytes:
+        self.runs.apply(translations)
+        return self.archive.write(
+            {p: serialize_xml(t, self.archive.data[p]) for p, t in self.trees.items()}
+        )
