@@ -47,6 +47,47 @@ def _answer(status: bytes, text: bytes) -> bytes:
     )
 
 
+class _ReadTimer:
+    """The read timeout both bounded protocols share: a timer armed when a connection opens
+    and when a request begins, disarmed once the request has arrived whole; when it fires, the
+    connection is closed (after :meth:`_before_close`, which may answer first). Mixed in
+    before uvicorn's protocol class, which gives ``loop``, ``transport`` and ``logger``."""
+
+    read_timeout_s: float = READ_TIMEOUT_S
+    _deadline: Any = None  # the read timer (asyncio.TimerHandle)
+
+    def _arm(self) -> None:
+        if self._deadline is None:
+            self._deadline = self.loop.call_later(self.read_timeout_s, self._too_slow)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        self.logger.info(
+            "A request did not arrive within %g s (--read-timeout): connection closed.",
+            self.read_timeout_s,
+        )
+        self._before_close()
+        self.transport.close()
+
+    def _before_close(self) -> None:
+        """What to send before a timed-out connection closes (nothing)."""
+
+    def connection_made(self, transport) -> None:
+        super().connection_made(transport)
+        self._arm()  # a connection that sends nothing is a head that never arrives
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+
 def http_settings(
     max_header_bytes: int = MAX_HEADER_BYTES, read_timeout_s: float = READ_TIMEOUT_S
 ) -> dict[str, Any]:
@@ -69,7 +110,7 @@ def http_settings(
             "h11_max_incomplete_event_size": max_header_bytes,
         }
 
-    class BoundedHttpToolsProtocol(HttpToolsProtocol):
+    class BoundedHttpToolsProtocol(_ReadTimer, HttpToolsProtocol):
         """httptools that refuses a head longer than ``max_header_bytes`` with 431 and a
         request slower than ``read_timeout_s`` with 408 (or a closed connection)."""
 
@@ -79,39 +120,14 @@ def http_settings(
             self._head_bytes = 0  # bytes received while in the head (an incomplete head)
             self._parsed = 0  # bytes of the head parsed so far (a complete one too)
             self._refused = False
-            self._deadline = None  # the read timer (asyncio.TimerHandle)
+            self.read_timeout_s = read_timeout_s  # _ReadTimer's
 
         # -- the read timeout ----------------------------------------------------------------
 
-        def _arm(self) -> None:
-            if self._deadline is None:
-                self._deadline = self.loop.call_later(read_timeout_s, self._too_slow)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _too_slow(self) -> None:
-            self._deadline = None
-            if self.transport.is_closing():
-                return
-            self.logger.info(
-                "A request did not arrive within %g s (--read-timeout): connection closed.",
-                read_timeout_s,
-            )
-            if self._in_head:
+        def _before_close(self) -> None:
+            if self._in_head:  # a head that never arrived whole: 408
                 self._refused = True
                 self.transport.write(_answer(b"408 Request Timeout", _TOO_SLOW))
-            self.transport.close()
-
-        def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()  # a connection that sends nothing is a head that never arrives
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
 
         # -- the head bound ------------------------------------------------------------------
 
@@ -183,10 +199,10 @@ def _bounded_h11(max_header_bytes: int, read_timeout_s: float):
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    class BoundedH11Protocol(H11Protocol):
+    class BoundedH11Protocol(_ReadTimer, H11Protocol):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self._deadline = None
+            self.read_timeout_s = read_timeout_s  # _ReadTimer's
             next_event = self.conn.next_event
 
             def checked_next_event():
@@ -203,32 +219,6 @@ def _bounded_h11(max_header_bytes: int, read_timeout_s: float):
                 return event
 
             self.conn.next_event = checked_next_event
-
-        def _arm(self) -> None:
-            if self._deadline is None:
-                self._deadline = self.loop.call_later(read_timeout_s, self._too_slow)
-
-        def _disarm(self) -> None:
-            if self._deadline is not None:
-                self._deadline.cancel()
-                self._deadline = None
-
-        def _too_slow(self) -> None:
-            self._deadline = None
-            if not self.transport.is_closing():
-                self.logger.info(
-                    "A request did not arrive within %g s (--read-timeout): connection closed.",
-                    read_timeout_s,
-                )
-                self.transport.close()
-
-        def connection_made(self, transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if self.conn.their_state is h11.IDLE:
