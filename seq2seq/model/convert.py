@@ -39,7 +39,21 @@ from seq2seq.model.transformer import build_model
 
 __all__ = ["checked_config", "convert_marian", "read_marian_config"]
 
-_read_json = read_json  # the converters' one JSON reader, under the name they import
+
+def read_hf_config(hf_dir: str | Path, model_type: str, takes: str) -> tuple[Path, dict]:
+    """A Hugging Face folder's ``config.json`` (its path and content), of ``model_type``.
+
+    Raises:
+        UserError: no config.json, or another ``model_type``; ``takes`` says what the
+            converter takes instead.
+    """
+    path = Path(hf_dir) / "config.json"
+    if not path.is_file():
+        raise UserError(f"{path} not found: {hf_dir} is not a Hugging Face model folder")
+    cfg = read_json(path)
+    if cfg.get("model_type") != model_type:
+        raise UserError(f"{path}: model_type is {cfg.get('model_type')!r}; {takes}")
+    return path, cfg
 
 
 def read_marian_config(hf_dir: str | Path) -> dict:
@@ -49,14 +63,7 @@ def read_marian_config(hf_dir: str | Path) -> dict:
         UserError: no config.json, another ``model_type``, or an option that has no
             equivalent here (pre-norm, learned positions, ...), naming the key.
     """
-    path = Path(hf_dir) / "config.json"
-    if not path.is_file():
-        raise UserError(f"{path} not found: {hf_dir} is not a Hugging Face model folder")
-    cfg = read_json(path)
-    if cfg.get("model_type") != "marian":
-        raise UserError(
-            f"{path}: model_type is {cfg.get('model_type')!r}; seq2seq converts 'marian' models"
-        )
+    path, cfg = read_hf_config(hf_dir, "marian", "seq2seq converts 'marian' models")
     need = (
         "d_model",
         "encoder_layers",
@@ -169,7 +176,7 @@ def _pair(hf_dir: Path, pair: str | None) -> str:
         return pair
     path = hf_dir / "tokenizer_config.json"
     if path.is_file():
-        tok = _read_json(path)
+        tok = read_json(path)
         found = f"{tok.get('source_lang')}-{tok.get('target_lang')}"
         try:
             split_pair(found)
@@ -187,7 +194,7 @@ def _num_beams(hf_dir: Path, cfg: dict) -> tuple[dict, dict]:
         (hf_dir / "config.json", cfg),
     ):
         if values is None:
-            values = _read_json(path) if path.is_file() else {}
+            values = read_json(path) if path.is_file() else {}
         if values.get("num_beams") is not None:
             beam = values["num_beams"]
             return {"beam_size": beam}, {"decoding.beam_size": (path, "num_beams")}

@@ -43,8 +43,9 @@ from seq2seq.data import (
     NLLB_TOKENIZER,
     read_vocab_map,
 )
-from seq2seq.model.convert import _check_shapes, _read_json, _read_weights
+from seq2seq.model.convert import _check_shapes, _read_weights, read_hf_config
 from seq2seq.model.directory import save_model_dir
+from seq2seq.model.hf_weights import read_json
 from seq2seq.model.marian import (
     ACTIVATIONS,
     START_BIAS,
@@ -89,15 +90,9 @@ def read_m2m100_config(hf_dir: str | Path) -> dict:
         UserError: no config.json, another ``model_type`` (mBART, T5, Marian...), or an
             option with no equivalent here, naming the key.
     """
-    path = Path(hf_dir) / "config.json"
-    if not path.is_file():
-        raise UserError(f"{path} not found: {hf_dir} is not a Hugging Face model folder")
-    cfg = _read_json(path)
-    if cfg.get("model_type") != "m2m_100":
-        raise UserError(
-            f"{path}: model_type is {cfg.get('model_type')!r}; seq2seq convert m2m100 takes "
-            "'m2m_100' models (M2M100, NLLB-200)"
-        )
+    path, cfg = read_hf_config(
+        hf_dir, "m2m_100", "seq2seq convert m2m100 takes 'm2m_100' models (M2M100, NLLB-200)"
+    )
     need = (
         "d_model",
         "encoder_layers",
@@ -134,7 +129,7 @@ def read_m2m100_config(hf_dir: str | Path) -> dict:
 def _family(hf_dir: Path) -> str:
     """``m2m100`` or ``nllb``, from the tokenizer files (and tokenizer_config's class)."""
     config = hf_dir / "tokenizer_config.json"
-    cls = _read_json(config).get("tokenizer_class", "") if config.is_file() else ""
+    cls = read_json(config).get("tokenizer_class", "") if config.is_file() else ""
     cls = cls if isinstance(cls, str) else ""
     if cls.startswith("Nllb") or (
         not cls.startswith("M2M100") and (hf_dir / NLLB_TOKENIZER).is_file()
@@ -165,7 +160,7 @@ def _check_specials(ids: dict[str, int], where: Path) -> None:
 def _m2m100_languages(hf_dir: Path, n_vocab: int) -> tuple[dict[str, int], int]:
     """The language codes and their ids of an M2M100 folder, and its made-up words."""
     path = hf_dir / "tokenizer_config.json"
-    tok = _read_json(path) if path.is_file() else {}
+    tok = read_json(path) if path.is_file() else {}
     decoder = tok.get("added_tokens_decoder")
     found: dict[str, int] = {}
     if isinstance(decoder, dict):
@@ -191,7 +186,7 @@ def _m2m100_languages(hf_dir: Path, n_vocab: int) -> tuple[dict[str, int], int]:
 def _nllb_languages(path: Path) -> tuple[dict[str, int], int]:
     """The language codes and ids of an NLLB ``tokenizer.json`` (its special added tokens),
     and the size of its vocabulary."""
-    data = _read_json(path)
+    data = read_json(path)
     model = data.get("model")
     vocab = model.get("vocab") if isinstance(model, dict) else None
     if not isinstance(vocab, dict):
@@ -220,7 +215,7 @@ def _tokenizer_meta(hf_dir: Path, family: str, rows: int) -> dict:
         languages, size = _nllb_languages(hf_dir / NLLB_TOKENIZER)
         spare, where = 7, hf_dir / NLLB_TOKENIZER  # fairseq pads rows to a multiple of 8
         path = hf_dir / "tokenizer_config.json"
-        legacy = bool(_read_json(path).get("legacy_behaviour", False)) if path.is_file() else False
+        legacy = bool(read_json(path).get("legacy_behaviour", False)) if path.is_file() else False
     if not languages:
         raise UserError(f"{where}: the tokenizer holds no language codes")
     if not size <= rows <= size + spare:
@@ -302,7 +297,7 @@ def _pair(hf_dir: Path, languages: dict[str, int], pair: str | None) -> str:
     if pair is not None:
         return pair
     path = hf_dir / "tokenizer_config.json"
-    tok = _read_json(path) if path.is_file() else {}
+    tok = read_json(path) if path.is_file() else {}
     src, tgt = tok.get("src_lang"), tok.get("tgt_lang")
     if src in languages and tgt in languages and src != tgt:
         return f"{src}-{tgt}"
@@ -312,7 +307,7 @@ def _pair(hf_dir: Path, languages: dict[str, int], pair: str | None) -> str:
 
 def _decoding(hf_dir: Path) -> DecodingConfig:
     path = hf_dir / "generation_config.json"
-    beam = _read_json(path).get("num_beams") if path.is_file() else None
+    beam = read_json(path).get("num_beams") if path.is_file() else None
     return DecodingConfig(beam_size=beam) if type(beam) is int and beam >= 1 else DecodingConfig()
 
 
