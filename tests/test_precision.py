@@ -52,6 +52,20 @@ def test_multi_process_runs_decide_by_the_flags_alone():
     assert choice.precision == "bf16-mixed" and calls == []
 
 
+@pytest.mark.parametrize(
+    ("flags", "expected"), [({"avx2", "avx512_bf16"}, "bf16-mixed"), ({"avx2"}, "32")]
+)
+def test_bf16_native_decides_by_the_flags_alone_never_by_a_timing(flags, expected):
+    def speedup(forward) -> float:
+        raise AssertionError("bf16-native must not measure")
+
+    choice = resolve_precision(
+        "bf16-native", accelerator="cpu", forward=FORWARD, flags=lambda: flags, speedup=speedup
+    )
+    assert choice.precision == expected
+    check_training_config(load_config(None, ["training.precision=bf16-native"]))
+
+
 def test_explicit_precisions_pass_through_and_auto_is_valid():
     for precision in ("32", "bf16-mixed", "16-mixed"):
         choice = resolve_precision(precision, accelerator="cpu")

@@ -300,7 +300,8 @@ class TrainingConfig:
     precision: str = "32"
     """Lightning precision: ``32``, ``bf16-mixed`` or ``16-mixed``; ``auto``: ``bf16-mixed``
     where the CPU has bf16 instructions and a probe measures it faster, else ``32``
-    (seq2seq/train/precision.py; machine-dependent, so not for runs that must be reproducible)."""
+    (machine- and load-dependent); ``bf16-native``: ``bf16-mixed`` wherever the hardware has
+    bf16, by its flags alone (seq2seq/train/precision.py)."""
     max_steps: int = 10_000
     max_epochs: int = -1
     max_time: str | None = None

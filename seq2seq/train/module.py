@@ -53,7 +53,7 @@ from seq2seq.train.validation import VAL_METHODS, VAL_METRICS, ValidationMixin
 
 __all__ = ["TrainingDiverged", "TranslationModule", "check_training_config"]
 
-PRECISIONS = ("32", "bf16-mixed", "16-mixed", "auto")  # auto: seq2seq/train/precision.py
+PRECISIONS = ("32", "bf16-mixed", "16-mixed", "auto", "bf16-native")  # seq2seq/train/precision.py
 
 
 class TrainingDiverged(UserError):
@@ -268,9 +268,9 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         groups = [{"params": decay, "weight_decay": t.weight_decay}]
         if no_decay:
             groups.append({"params": no_decay, "weight_decay": 0.0})
-        # the precision Lightning runs (training.precision: auto resolved), when it runs
+        # the precision Lightning runs (auto and bf16-native resolved), when it runs
         precision = str(self.trainer.precision) if self._trainer is not None else t.precision
-        mixed = precision.endswith("-mixed") or precision == "auto"
+        mixed = precision.endswith("-mixed") or precision in ("auto", "bf16-native")
         fused = not precision.startswith("16") and not (mixed and t.clip_norm > 0)
         optimizer = _adamw(groups, t, fused=fused)
         factor = lr_factor(

@@ -10,8 +10,10 @@ batches of its configured size in four shapes) measures bf16-mixed at least
 whole step, bound by its many small ops, loses. On a GPU it picks ``bf16-mixed`` where the
 GPU supports bf16.
 
-The choice depends on the machine, so ``auto`` is not for runs that must give the same model
-everywhere (``make demo`` states ``32``).
+The choice depends on the machine and, through the probe, on how busy it is. ``bf16-native``
+decides by the flags alone: ``bf16-mixed`` wherever the CPU has bf16 instructions (or the GPU
+supports bf16), ``32`` elsewhere, never by a timing, so a machine of one kind always trains the
+same model, busy or not (``make demo``).
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ def resolve_precision(
     flags: Callable[[], set[str]] | None = None,
     speedup: Callable[[Callable[[], torch.Tensor]], float] | None = None,
 ) -> PrecisionChoice:
-    """The Lightning precision for ``training.precision`` (``auto`` resolved; others as given).
+    """The Lightning precision for ``training.precision`` (``auto`` and ``bf16-native``
+    resolved; others as given).
 
     Args:
         precision: ``training.precision``.
@@ -127,7 +130,7 @@ def resolve_precision(
         speedup: the probe (default :func:`bf16_speedup`, called with ``forward``; tests pass
             fakes).
     """
-    if precision != "auto":
+    if precision not in ("auto", "bf16-native"):
         return PrecisionChoice(precision, "as configured")
     gpu = accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available())
     if gpu:
@@ -139,6 +142,8 @@ def resolve_precision(
         return PrecisionChoice(
             "32", f"the CPU has no bf16 instructions ({' or '.join(BF16_FLAGS)} not in its flags)"
         )
+    if precision == "bf16-native":
+        return PrecisionChoice("bf16-mixed", f"the CPU has {', '.join(have)}")
     if not probe:
         return PrecisionChoice(
             "bf16-mixed", f"the CPU has {', '.join(have)} (not measured: several processes)"

@@ -208,8 +208,11 @@ def train(
         forward=_probe_forward(cfg) if t.precision == "auto" else None,
         probe=t.devices in ("1", "auto") and t.num_nodes == 1,
     )
-    if t.precision == "auto" and rank == 0:
-        print(f"training.precision auto: {choice.precision} ({choice.reason})", file=sys.stderr)
+    if t.precision in ("auto", "bf16-native") and rank == 0:
+        print(
+            f"training.precision {t.precision}: {choice.precision} ({choice.reason})",
+            file=sys.stderr,
+        )
     pl.seed_everything(t.seed, workers=True, verbose=False)
 
     if t.init_from is not None and not resume:  # fine-tuning: the parent's weights
