@@ -28,7 +28,16 @@ import shutil
 from pathlib import Path
 
 from seq2seq.core import atomic_dir
+from seq2seq.data import (
+    LANGUAGES_FILE,
+    M2M100_SPM,
+    M2M100_VOCAB,
+    NLLB_TOKENIZER,
+    read_languages,
+    read_vocab_map,
+)
 from seq2seq.export.format import ExportError, check_out, require
+from seq2seq.model import M2M100_CODES, POSITION_OFFSET, load_model_dir, to_m2m100_weights
 
 __all__ = ["check_m2m100_support", "export_hf_m2m100", "is_m2m100_dir"]
 
@@ -38,8 +47,6 @@ _ACTIVATION = {"relu": "relu", "gelu": "gelu", "swish": "swish"}
 
 def is_m2m100_dir(model_dir: Path) -> bool:
     """A model directory of ``seq2seq convert m2m100`` (or trained from one)."""
-    from seq2seq.data import LANGUAGES_FILE
-
     return (Path(model_dir) / LANGUAGES_FILE).is_file()
 
 
@@ -51,8 +58,6 @@ def check_m2m100_support(cfg_model, where: str) -> None:
         cfg_model: the model section of the config.
         where: what the message names (the config file).
     """
-    from seq2seq.model.m2m100 import POSITION_OFFSET
-
     refusals = [
         (not cfg_model.norm_first, "model.norm_first: false (post-norm); M2M100 is pre-norm"),
         (
@@ -80,8 +85,6 @@ def check_m2m100_support(cfg_model, where: str) -> None:
 
 def _tokenizer_config(meta: dict, vocab_size: int, pair: str, max_len: int, where: Path) -> dict:
     """``tokenizer_config.json`` of the family's tokenizer, from ``languages.json``."""
-    from seq2seq.model.m2m100 import M2M100_CODES
-
     languages = meta["languages"]
     codes = sorted(languages, key=languages.__getitem__)
     src, _, tgt = pair.partition("-")
@@ -134,17 +137,6 @@ def export_hf_m2m100(model_dir: Path, out_dir: Path, *, force: bool = False) -> 
             tokenizer cannot number, an existing ``out_dir`` without ``force``, or no
             transformers; nothing is written at ``out_dir``.
     """
-    from seq2seq.data import (
-        LANGUAGES_FILE,
-        M2M100_SPM,
-        M2M100_VOCAB,
-        NLLB_TOKENIZER,
-        read_languages,
-        read_vocab_map,
-    )
-    from seq2seq.model import load_model_dir
-    from seq2seq.model.m2m100 import to_m2m100_weights
-
     check_out(out_dir, force)
     loaded = load_model_dir(model_dir, device="cpu")
     m = loaded.cfg.model
