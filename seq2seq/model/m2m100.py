@@ -145,7 +145,16 @@ def to_m2m100_weights(
             state, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers
         )
     )
-    return {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in out.items()}
+    return {k: _owned(v) for k, v in out.items()}
+
+
+def _owned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` float32 on the CPU, copied only when it is a view of a larger tensor (a split
+    projection: safetensors refuses tensors that share memory); the other tensors are the
+    model's own, so an export copies only the reordered embedding and the split projections."""
+    t = t.detach().to("cpu", torch.float32).contiguous()
+    whole = t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * 4
+    return t if whole else t.clone()
 
 
 def read_m2m100_config(hf_dir: str | Path) -> dict:
