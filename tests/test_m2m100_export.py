@@ -223,3 +223,25 @@ def test_onnx_equals_torch(family, request, tmp_path):
         assert [r[0].score for r in theirs] == pytest.approx([r[0].score for r in ours], abs=1e-4)
     lang = engines["onnx"].tokenizer.language_id(LANG[family][1])
     assert all(r[0].tokens[0] == lang for r in theirs)
+
+
+def test_hf_export_keeps_nllb_legacy_behaviour(request, tmp_path):
+    """An NLLB model converted with ``legacy_behaviour: true`` exports a tokenizer that writes
+    the source as ``pieces </s> [src_lang]``, as the original folder's does."""
+    from transformers import AutoTokenizer
+
+    from seq2seq.export import export_model
+    from seq2seq.model import convert_m2m100
+
+    hf_dir = shutil.copytree(request.getfixturevalue("nllb")[0], tmp_path / "legacy")
+    config = json.loads((hf_dir / "tokenizer_config.json").read_text("utf-8"))
+    (hf_dir / "tokenizer_config.json").write_text(
+        json.dumps(config | {"legacy_behaviour": True}), "utf-8"
+    )
+    model_dir = convert_m2m100(hf_dir, tmp_path / "converted")
+    out = export_model(model_dir, tmp_path / "hf", fmt="hf")
+    theirs, ours = AutoTokenizer.from_pretrained(hf_dir), AutoTokenizer.from_pretrained(out)
+    for code in ("eng_Latn", "fra_Latn"):
+        theirs.src_lang = ours.src_lang = code
+        assert ours(TEXTS).input_ids == theirs(TEXTS).input_ids, code
+    assert ours("a").input_ids[-1] == ours.convert_tokens_to_ids("fra_Latn")
