@@ -245,3 +245,15 @@ def test_hf_export_keeps_nllb_legacy_behaviour(request, tmp_path):
         theirs.src_lang = ours.src_lang = code
         assert ours(TEXTS).input_ids == theirs(TEXTS).input_ids, code
     assert ours("a").input_ids[-1] == ours.convert_tokens_to_ids("fra_Latn")
+
+
+def test_hf_export_checks_itself(request, tmp_path, monkeypatch):
+    """The export loads its folder with transformers and compares log-probabilities on a
+    probe: a folder that says gelu where the model uses ReLU is refused, nothing written."""
+    import seq2seq.export.hf_m2m100 as hf_m2m100
+    from seq2seq.export import ExportError, export_model
+
+    monkeypatch.setitem(hf_m2m100._ACTIVATION, "relu", "gelu")
+    with pytest.raises(ExportError, match="does not reproduce the model"):
+        export_model(request.getfixturevalue("nllb")[1], tmp_path / "out", fmt="hf")
+    assert list(tmp_path.iterdir()) == []

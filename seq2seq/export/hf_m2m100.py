@@ -17,8 +17,9 @@
   ``vocab.json`` and fairseq's ``language_codes`` list) or NLLB (``NllbTokenizer``:
   ``tokenizer.json``, its language codes and ``legacy_behaviour``).
 
-``seq2seq convert m2m100`` reads the folder back into identical weights. Needs the ``hf``
-extra (transformers).
+The export checks itself: transformers' model of the folder must give our log-probabilities
+on a probe sentence (:mod:`seq2seq.export.probe`). ``seq2seq convert m2m100`` reads the folder
+back into identical weights. Needs the ``hf`` extra (transformers).
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ from seq2seq.data import (
     M2M100_SPM,
     M2M100_VOCAB,
     NLLB_TOKENIZER,
+    our_id,
     read_languages,
     read_vocab_map,
 )
 from seq2seq.export.format import ExportError, check_out, require
+from seq2seq.export.probe import check_reproduced, probe_ids
 from seq2seq.model import M2M100_CODES, POSITION_OFFSET, load_model_dir, to_m2m100_weights
 
 __all__ = ["check_m2m100_support", "export_hf_m2m100", "is_m2m100_dir"]
@@ -163,7 +166,6 @@ def export_hf_m2m100(model_dir: Path, out_dir: Path, *, force: bool = False) -> 
             f"{model_dir / LANGUAGES_FILE}: rows {meta['rows']}, but the weights have {rows}"
         )
     beams = loaded.cfg.decoding.beam_size
-    del loaded
     ids = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2}
     config = M2M100Config(
         vocab_size=rows,
@@ -199,4 +201,27 @@ def export_hf_m2m100(model_dir: Path, out_dir: Path, *, force: bool = False) -> 
         (tmp / "tokenizer_config.json").write_text(
             json.dumps(tok_config, ensure_ascii=False, indent=2) + "\n", encoding="utf-8"
         )
+        del tensors
+        _check_hf_probe(tmp, loaded.model)
     return out_dir
+
+
+def _check_hf_probe(folder: Path, model) -> None:
+    """transformers' model of ``folder`` must give our log-probabilities on a probe sentence
+    (teacher-forced, in the folder's ids), or the export fails."""
+    import torch
+    from transformers import M2M100ForConditionalGeneration
+
+    rows = model.tgt_vocab_size - 1
+    theirs_model = M2M100ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+    src, tgt = probe_ids(model)
+    folder_id = {our_id(i, rows): i for i in range(rows)}  # ours -> the folder's
+    with torch.no_grad():
+        ours = model(torch.tensor([[*src, 3]]), torch.tensor([[2, *tgt]])).log_softmax(-1)
+        theirs = theirs_model.eval()(
+            input_ids=torch.tensor([[folder_id[i] for i in src] + [2]]),
+            decoder_input_ids=torch.tensor([[2] + [folder_id[i] for i in tgt]]),
+        ).logits.log_softmax(-1)
+    index = torch.tensor([our_id(i, rows) for i in range(rows)])
+    diff = float((ours.index_select(-1, index) - theirs).abs().max())
+    check_reproduced(diff, "Hugging Face")
