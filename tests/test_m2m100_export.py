@@ -151,16 +151,14 @@ def test_hf_export_converts_back_to_identical_weights(family, request, tmp_path_
 def test_hf_export_failing_write_leaves_nothing(request, tmp_path, monkeypatch):
     """A write that fails half-way (the disk fills while the weights are written) leaves
     nothing at the output, not even a temporary folder."""
-    import safetensors.torch
-
+    import seq2seq.export.hf_m2m100 as hf_m2m100
     from seq2seq.export import export_model
 
-    def fail(tensors, path, metadata=None):
-        with open(path, "wb") as f:
-            f.write(b"partial")
+    def fail(f, layout, make, metadata=None):
+        f.write(b"partial")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(safetensors.torch, "save_file", fail)
+    monkeypatch.setattr(hf_m2m100, "write_safetensors", fail)
     with pytest.raises(OSError, match="No space"):
         export_model(request.getfixturevalue("m2m100")[1], tmp_path / "out", fmt="hf")
     assert list(tmp_path.iterdir()) == []

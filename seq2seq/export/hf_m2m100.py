@@ -28,7 +28,7 @@ import json
 import shutil
 from pathlib import Path
 
-from seq2seq.core import atomic_dir
+from seq2seq.core import atomic_dir, atomic_open
 from seq2seq.data import (
     LANGUAGES_FILE,
     M2M100_SPM,
@@ -40,7 +40,14 @@ from seq2seq.data import (
 )
 from seq2seq.export.format import ExportError, check_out, require
 from seq2seq.export.probe import check_reproduced, probe_ids
-from seq2seq.model import M2M100_CODES, POSITION_OFFSET, load_model_dir, to_m2m100_weights
+from seq2seq.model import (
+    M2M100_CODES,
+    POSITION_OFFSET,
+    layout_of,
+    load_model_dir,
+    to_m2m100_weights,
+    write_safetensors,
+)
 
 __all__ = ["check_m2m100_support", "export_hf_m2m100", "is_m2m100_dir"]
 
@@ -151,7 +158,6 @@ def export_hf_m2m100(model_dir: Path, out_dir: Path, *, force: bool = False) -> 
         meta, vocab_size, loaded.cfg.data.pair, m.max_positions, model_dir / LANGUAGES_FILE
     )
     require("transformers")
-    from safetensors.torch import save_file
     from transformers import GenerationConfig, M2M100Config
 
     tensors = to_m2m100_weights(
@@ -192,7 +198,8 @@ def export_hf_m2m100(model_dir: Path, out_dir: Path, *, force: bool = False) -> 
     with atomic_dir(out_dir, overwrite=force) as tmp:
         config.save_pretrained(tmp)
         generation.save_pretrained(tmp)
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        with atomic_open(tmp / "model.safetensors", "wb") as f:  # one tensor at a time
+            write_safetensors(f, layout_of(tensors), tensors.__getitem__, {"format": "pt"})
         if nllb:
             shutil.copyfile(model_dir / NLLB_TOKENIZER, tmp / NLLB_TOKENIZER)
         else:
@@ -212,8 +219,16 @@ def _check_hf_probe(folder: Path, model) -> None:
     import torch
     from transformers import M2M100ForConditionalGeneration
 
+    from transformers.utils import logging as hf_logging
+
     rows = model.tgt_vocab_size - 1
-    theirs_model = M2M100ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # (its "Loading weights" bar is not the export's)
+    try:
+        theirs_model = M2M100ForConditionalGeneration.from_pretrained(folder, dtype=torch.float32)
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
     src, tgt = probe_ids(model)
     folder_id = {our_id(i, rows): i for i in range(rows)}  # ours -> the folder's
     with torch.no_grad():

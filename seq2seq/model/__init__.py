@@ -29,6 +29,8 @@ _HOMES = {
     "M2M100_CODES": "m2m100",
     "POSITION_OFFSET": "m2m100",
     "to_m2m100_weights": "m2m100",
+    "layout_of": "tensor_files",
+    "write_safetensors": "tensor_files",
     "build_model": "transformer",
     "marian_order": "marian",
     "to_marian_weights": "marian",

@@ -100,7 +100,8 @@ def to_m2m100_weights(
     where: str,
 ) -> dict[str, torch.Tensor]:
     """Our state dict -> an M2M100 folder's tensors (the inverse of
-    :func:`from_m2m100_weights`), float32 on the CPU.
+    :func:`from_m2m100_weights`): the model's own tensors or views of them (the split
+    projections), and the embedding's rows reordered (the one copy).
 
     Exact for what conversion writes (and what keeps its form): our ``<s>`` row, the
     decoder's start, must equal our ``</s>`` row, because the folder has one row for both
@@ -145,16 +146,7 @@ def to_m2m100_weights(
             state, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers
         )
     )
-    return {k: _owned(v) for k, v in out.items()}
-
-
-def _owned(t: torch.Tensor) -> torch.Tensor:
-    """``t`` float32 on the CPU, copied only when it is a view of a larger tensor (a split
-    projection: safetensors refuses tensors that share memory); the other tensors are the
-    model's own, so an export copies only the reordered embedding and the split projections."""
-    t = t.detach().to("cpu", torch.float32).contiguous()
-    whole = t.storage_offset() == 0 and t.untyped_storage().nbytes() == t.numel() * 4
-    return t if whole else t.clone()
+    return {k: v.detach() for k, v in out.items()}
 
 
 def read_m2m100_config(hf_dir: str | Path) -> dict:
