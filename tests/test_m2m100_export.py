@@ -98,6 +98,8 @@ def test_hf_export_generates_as_ours(family, request, tmp_path_factory):
     out = _hf_export(family, request, tmp_path_factory)
     config = json.loads((out / "config.json").read_text("utf-8"))
     assert config["model_type"] == "m2m_100" and config["decoder_start_token_id"] == 2
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], modes  # (not save_file's 0600)
     model = AutoModelForSeq2SeqLM.from_pretrained(out, dtype=torch.float32).eval()
     assert type(model).__name__ == "M2M100ForConditionalGeneration"
     tok, original = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(hf_dir)

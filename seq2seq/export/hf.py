@@ -28,10 +28,16 @@ import json
 import shutil
 from pathlib import Path
 
-from seq2seq.core import atomic_dir
+from seq2seq.core import atomic_dir, atomic_open
 from seq2seq.export.format import ExportError, check_out, require, side_pieces, side_spm
 from seq2seq.export.hf_m2m100 import export_hf_m2m100, is_m2m100_dir
-from seq2seq.model import load_model_dir, marian_order, to_marian_weights
+from seq2seq.model import (
+    layout_of,
+    load_model_dir,
+    marian_order,
+    to_marian_weights,
+    write_safetensors,
+)
 
 __all__ = ["check_hf_support", "export_hf"]
 
@@ -160,14 +166,13 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
         shared=shared,
         tied=m.tie_output,
     )
-    from safetensors.torch import save_file
-
     src_lang, tgt_lang = _languages(loaded.cfg.data.pair)
     src_spm, tgt_spm = side_spm(model_dir)
     with atomic_dir(out_dir, overwrite=force) as tmp:
         config.save_pretrained(tmp)
         generation.save_pretrained(tmp)
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        with atomic_open(tmp / "model.safetensors", "wb") as f:  # (save_file would leave 0600)
+            write_safetensors(f, layout_of(tensors), tensors.__getitem__, {"format": "pt"})
         shutil.copyfile(src_spm, tmp / "source.spm")
         shutil.copyfile(tgt_spm, tmp / "target.spm")
         for name, pieces in (("vocab.json", vocab), ("target_vocab.json", tgt_vocab)):

@@ -218,7 +218,6 @@ def _check_hf_probe(folder: Path, model) -> None:
     (teacher-forced, in the folder's ids), or the export fails."""
     import torch
     from transformers import M2M100ForConditionalGeneration
-
     from transformers.utils import logging as hf_logging
 
     rows = model.tgt_vocab_size - 1
