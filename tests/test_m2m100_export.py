@@ -257,3 +257,25 @@ def test_hf_export_checks_itself(request, tmp_path, monkeypatch):
     with pytest.raises(ExportError, match="does not reproduce the model"):
         export_model(request.getfixturevalue("nllb")[1], tmp_path / "out", fmt="hf")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_hf_export_refuses_what_m2m100_cannot_express():
+    """Each option M2M100ForConditionalGeneration has no equal for is named; languages that
+    M2M100Tokenizer cannot number (not fairseq's list after vocab.json) are refused."""
+    from seq2seq.config import ModelConfig
+    from seq2seq.core import UserError
+    from seq2seq.export.hf_m2m100 import _tokenizer_config, check_m2m100_support
+
+    m2m = {"positions": "sinusoidal", "position_offset": 2}
+    check_m2m100_support(ModelConfig(**m2m), "c")
+    for cfg, option in [
+        (ModelConfig(**m2m, norm_first=False), "model.norm_first: false"),
+        (ModelConfig(positions="sinusoidal"), "model.positions: sinusoidal from row 0"),
+        (ModelConfig(**m2m, share_embeddings=False, tie_output=False), "separate or untied"),
+        (ModelConfig(**m2m, decoder_mask="window"), "model.decoder_mask: window"),
+    ]:
+        with pytest.raises(UserError, match=option):
+            check_m2m100_support(cfg, "config.yaml")
+    meta = {"family": "m2m100", "rows": 20, "languages": {"en": 10, "de": 11}}
+    with pytest.raises(UserError, match="neither"):
+        _tokenizer_config(meta, 10, "en-de", 128, "languages.json")
