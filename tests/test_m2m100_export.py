@@ -1,5 +1,10 @@
 """Exports of a converted M2M100 / NLLB-200 model (the fixtures are tests/test_m2m100.py's).
 
+Hugging Face: ``--format hf`` writes an ``M2M100ForConditionalGeneration`` folder that
+``AutoModelForSeq2SeqLM`` and ``AutoTokenizer`` load; ``generate`` with
+``forced_bos_token_id`` gives our greedy and beam-4 outputs, and ``convert m2m100`` reads it
+back into identical weights.
+
 CTranslate2: the position table the export writes is the model's own (already offset by
 ``padding_idx + 1``), the decoder starts from our ``<s>`` row (a copy of the folder's
 ``</s>``), and the CTranslate2 engine passes the target language token as ``target_prefix``;
@@ -8,8 +13,21 @@ its float32 outputs equal the torch engine's.
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import pytest
-from test_m2m100 import LANG, MAX_NEW, m2m100, nllb  # noqa: F401 (the fixtures)
+import torch
+from test_m2m100 import (  # noqa: F401 (m2m100, nllb: the fixtures)
+    LANG,
+    MAX_NEW,
+    TEXTS,
+    _ours,
+    _run,
+    _token,
+    m2m100,
+    nllb,
+)
 
 pytest.importorskip("ctranslate2")
 
@@ -54,3 +72,210 @@ def test_ctranslate2_float32_equals_torch(family, request, tmp_path):
     de = _translate(ct2, family, src, engine="ctranslate2", beams=1, tgt_lang=LANG[family][1])
     fr = _translate(ct2, family, src, engine="ctranslate2", beams=1, tgt_lang=other)
     assert [t[1][0] for t in de] != [t[1][0] for t in fr]  # the forced language token differs
+
+
+_EXPORTS: dict = {}
+
+
+def _hf_export(family, request, tmp_path_factory):
+    """The fixture's model exported with ``seq2seq export --format hf`` (once per family)."""
+    if family not in _EXPORTS:
+        _, model_dir, _, _ = request.getfixturevalue(family)
+        out = tmp_path_factory.mktemp(f"{family}_hf") / "hf"
+        _run("export", str(model_dir), "--format", "hf", "--out", str(out))
+        _EXPORTS[family] = out
+    return _EXPORTS[family]
+
+
+@BOTH
+def test_hf_export_generates_as_ours(family, request, tmp_path_factory):
+    """transformers' Auto classes load the export; ``generate`` with the target language as
+    ``forced_bos_token_id`` gives the torch engine's greedy and beam-4 outputs, and the
+    exported tokenizer gives the original folder's ids."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    hf_dir, model_dir, src, _ = request.getfixturevalue(family)
+    out = _hf_export(family, request, tmp_path_factory)
+    config = json.loads((out / "config.json").read_text("utf-8"))
+    assert config["model_type"] == "m2m_100" and config["decoder_start_token_id"] == 2
+    modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+    assert modes["model.safetensors"] == modes["config.json"], modes  # (not save_file's 0600)
+    model = AutoModelForSeq2SeqLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert type(model).__name__ == "M2M100ForConditionalGeneration"
+    tok, original = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(hf_dir)
+    s_lang, t_lang = LANG[family]
+    for code in (s_lang, t_lang):
+        tok.src_lang = original.src_lang = code
+        assert tok(TEXTS).input_ids == original(TEXTS).input_ids, code
+    tok.src_lang = s_lang
+    batch = tok(src, padding=True, return_tensors="pt")
+    forced = tok.convert_tokens_to_ids(_token(family, t_lang))
+    assert forced != tok.unk_token_id
+    for beams in (1, 4):
+        with torch.no_grad():
+            generated = model.generate(
+                **batch,
+                forced_bos_token_id=forced,
+                num_beams=beams,
+                do_sample=False,
+                early_stopping=True,
+                length_penalty=1.0,
+                max_new_tokens=MAX_NEW,
+            ).tolist()
+        ours, _ = _ours(family, model_dir, src, beams=beams, tgt_lang=t_lang)
+        # rows that end with </s> before the length limit (the limit is counted differently)
+        ended = [i for i, row in enumerate(generated) if 2 in row[1:]]
+        assert len(ended) >= len(src) - 2
+        theirs = [[t for t in generated[i] if t not in (1, 2)] for i in ended]
+        assert [ours[i] for i in ended] == theirs, beams
+        assert all(row[0] == forced for row in theirs)
+
+
+@BOTH
+def test_hf_export_converts_back_to_identical_weights(family, request, tmp_path_factory):
+    """``convert m2m100`` of the export gives the converted model's tensors, bit for bit,
+    and its languages."""
+    from safetensors.torch import load_file
+
+    from seq2seq.model import convert_m2m100
+
+    _, model_dir, _, _ = request.getfixturevalue(family)
+    out = _hf_export(family, request, tmp_path_factory)
+    back = convert_m2m100(out, tmp_path_factory.mktemp(f"{family}_back") / "model")
+    ours, again = load_file(model_dir / "model.safetensors"), load_file(back / "model.safetensors")
+    assert sorted(ours) == sorted(again)
+    for name, tensor in ours.items():
+        assert torch.equal(tensor, again[name]), name
+    for name in ("languages.json", "config.yaml"):
+        assert (back / name).read_text("utf-8") == (model_dir / name).read_text("utf-8")
+
+
+def test_hf_export_failing_write_leaves_nothing(request, tmp_path, monkeypatch):
+    """A write that fails half-way (the disk fills while the weights are written) leaves
+    nothing at the output, not even a temporary folder."""
+    import seq2seq.export.hf_m2m100 as hf_m2m100
+    from seq2seq.export import export_model
+
+    def fail(f, layout, make, metadata=None):
+        f.write(b"partial")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(hf_m2m100, "write_safetensors", fail)
+    with pytest.raises(OSError, match="No space"):
+        export_model(request.getfixturevalue("m2m100")[1], tmp_path / "out", fmt="hf")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_hf_export_refuses_a_start_row_m2m100_cannot_hold(request, tmp_path):
+    """A model whose decoder start row (<s>) no longer equals its </s> row (as after
+    fine-tuning): M2M100 has one row for both, so the export is refused in one line, exit 2,
+    nothing written."""
+    from safetensors.torch import load_file
+
+    from seq2seq.model import load_model_dir, save_model_dir
+
+    _, model_dir, _, _ = request.getfixturevalue("m2m100")
+    changed = tmp_path / "changed"
+    shutil.copytree(model_dir, changed)
+    loaded = load_model_dir(changed)
+    weights = load_file(changed / "model.safetensors")
+    weights["encoder.embedding.weight"][2] += 0.01
+    save_model_dir(changed, loaded.model, loaded.cfg, weights=weights)
+    out = tmp_path / "out"
+    result = _run("export", str(changed), "--format", "hf", "--out", str(out), check=False)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "decoder's start row" in line and "--format ctranslate2" in line
+    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["changed"]
+
+
+@BOTH
+def test_onnx_equals_torch(family, request, tmp_path):
+    """``--format onnx`` of a converted model: greedy and beam-4 outputs (the target language
+    forced first) equal the torch engine's, scores within 1e-4; its README names the
+    languages instead of a SentencePiece example."""
+    from seq2seq.decode import Translator
+    from seq2seq.export import export_model
+
+    _, model_dir, src, _ = request.getfixturevalue(family)
+    src = src[:12]
+    onnx = export_model(model_dir, tmp_path / "onnx", fmt="onnx")
+    assert "--target-lang" in (onnx / "README.md").read_text("utf-8")
+    engines = {"torch": Translator.load(model_dir), "onnx": Translator.load(onnx, engine="onnx")}
+    for beams in (1, 4):
+        method = {"method": "greedy"} if beams == 1 else {"method": "beam", "beam_size": beams}
+        ours, theirs = (
+            engines[e].translate_nbest(
+                src,
+                source_lang=LANG[family][0],
+                target_lang=LANG[family][1],
+                max_len_a=0.0,
+                max_len_b=MAX_NEW - 1,
+                len_penalty=1.0,
+                nbest=1,
+                **method,
+            )
+            for e in ("torch", "onnx")
+        )
+        assert [(r[0].text, r[0].tokens) for r in theirs] == [
+            (r[0].text, r[0].tokens) for r in ours
+        ]
+        assert [r[0].score for r in theirs] == pytest.approx([r[0].score for r in ours], abs=1e-4)
+    lang = engines["onnx"].tokenizer.language_id(LANG[family][1])
+    assert all(r[0].tokens[0] == lang for r in theirs)
+
+
+def test_hf_export_keeps_nllb_legacy_behaviour(request, tmp_path):
+    """An NLLB model converted with ``legacy_behaviour: true`` exports a tokenizer that writes
+    the source as ``pieces </s> [src_lang]``, as the original folder's does."""
+    from transformers import AutoTokenizer
+
+    from seq2seq.export import export_model
+    from seq2seq.model import convert_m2m100
+
+    hf_dir = shutil.copytree(request.getfixturevalue("nllb")[0], tmp_path / "legacy")
+    config = json.loads((hf_dir / "tokenizer_config.json").read_text("utf-8"))
+    (hf_dir / "tokenizer_config.json").write_text(
+        json.dumps(config | {"legacy_behaviour": True}), "utf-8"
+    )
+    model_dir = convert_m2m100(hf_dir, tmp_path / "converted")
+    out = export_model(model_dir, tmp_path / "hf", fmt="hf")
+    theirs, ours = AutoTokenizer.from_pretrained(hf_dir), AutoTokenizer.from_pretrained(out)
+    for code in ("eng_Latn", "fra_Latn"):
+        theirs.src_lang = ours.src_lang = code
+        assert ours(TEXTS).input_ids == theirs(TEXTS).input_ids, code
+    assert ours("a").input_ids[-1] == ours.convert_tokens_to_ids("fra_Latn")
+
+
+def test_hf_export_checks_itself(request, tmp_path, monkeypatch):
+    """The export loads its folder with transformers and compares log-probabilities on a
+    probe: a folder that says gelu where the model uses ReLU is refused, nothing written."""
+    import seq2seq.export.hf_m2m100 as hf_m2m100
+    from seq2seq.export import ExportError, export_model
+
+    monkeypatch.setitem(hf_m2m100._ACTIVATION, "relu", "gelu")
+    with pytest.raises(ExportError, match="does not reproduce the model"):
+        export_model(request.getfixturevalue("nllb")[1], tmp_path / "out", fmt="hf")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_hf_export_refuses_what_m2m100_cannot_express():
+    """Each option M2M100ForConditionalGeneration has no equal for is named; languages that
+    M2M100Tokenizer cannot number (not fairseq's list after vocab.json) are refused."""
+    from seq2seq.config import ModelConfig
+    from seq2seq.core import UserError
+    from seq2seq.export.hf_m2m100 import _tokenizer_config, check_m2m100_support
+
+    m2m = {"positions": "sinusoidal", "position_offset": 2}
+    check_m2m100_support(ModelConfig(**m2m), "c")
+    for cfg, option in [
+        (ModelConfig(**m2m, norm_first=False), "model.norm_first: false"),
+        (ModelConfig(positions="sinusoidal"), "model.positions: sinusoidal from row 0"),
+        (ModelConfig(**m2m, share_embeddings=False, tie_output=False), "separate or untied"),
+        (ModelConfig(**m2m, decoder_mask="window"), "model.decoder_mask: window"),
+    ]:
+        with pytest.raises(UserError, match=option):
+            check_m2m100_support(cfg, "config.yaml")
+    meta = {"family": "m2m100", "rows": 20, "languages": {"en": 10, "de": 11}}
+    with pytest.raises(UserError, match="neither"):
+        _tokenizer_config(meta, 10, "en-de", 128, "languages.json")

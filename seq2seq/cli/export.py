@@ -17,7 +17,8 @@ def add_export(sub) -> None:
         "export",
         "Export a model directory for fast inference (CTranslate2, ONNX) or for transformers\n"
         "(hf: a MarianMT folder that transformers' MarianMTModel and MarianTokenizer load; the model\n"
-        "must be Marian-shaped: post-norm, sinusoidal_marian positions, shared embeddings).\n\n"
+        "must be Marian-shaped: post-norm, sinusoidal_marian positions, shared embeddings; a model\n"
+        "converted with `convert m2m100` is written as an M2M100ForConditionalGeneration folder).\n\n"
         "The output folder is self-contained (weights, SentencePiece model(s), config.yaml,\n"
         "export.json, a README.md on loading it without seq2seq) and is what\n"
         "`seq2seq translate --engine ctranslate2|onnx OUT` reads. CTranslate2 cannot express\n"

@@ -29,6 +29,7 @@ _HOMES = {
     "NLLB_TOKENIZER": "lang_tokens",
     "language_files": "lang_tokens",
     "our_id": "lang_tokens",
+    "read_languages": "lang_tokens",
     "Detection": "language_id",
     "LanguageIdentifier": "language_id",
     "Tokenizer": "tokenizer",

@@ -42,6 +42,7 @@ __all__ = [
     "NLLB_TOKENIZER",
     "language_files",
     "our_id",
+    "read_languages",
 ]
 
 LANGUAGES_FILE = "languages.json"
@@ -70,6 +71,12 @@ def model_languages(directory: str | Path) -> list[str]:
     from its ``languages.json`` without loading the model (the server's routing plan)."""
     meta = _read_meta(Path(directory) / LANGUAGES_FILE)
     return sorted(meta["languages"], key=meta["languages"].__getitem__)
+
+
+def read_languages(directory: str | Path) -> dict:
+    """A converted M2M100/NLLB model's ``languages.json``, checked: ``family``, ``rows``,
+    ``legacy_behaviour`` and ``languages`` (code -> the folder's id)."""
+    return _read_meta(Path(directory) / LANGUAGES_FILE)
 
 
 def _read_meta(path: Path) -> dict:

@@ -1,4 +1,9 @@
-"""Hugging Face export: a model directory as a MarianMT folder.
+"""Hugging Face export: a model directory as a MarianMT folder, or, for a converted M2M100 /
+NLLB-200 model, as an ``M2M100ForConditionalGeneration`` folder.
+
+:func:`export_hf` chooses the family's writer from the model directory: one with a
+``languages.json`` (``seq2seq convert m2m100``) is written by :mod:`seq2seq.export.hf_m2m100`;
+any other must be Marian-shaped (post-norm, Marian's positions), and is written here.
 
 ``seq2seq export MODEL_DIR --format hf --out DIR`` writes what
 ``transformers.MarianMTModel.from_pretrained`` and ``MarianTokenizer.from_pretrained`` load
@@ -23,9 +28,16 @@ import json
 import shutil
 from pathlib import Path
 
-from seq2seq.core import atomic_dir
+from seq2seq.core import atomic_dir, atomic_open
 from seq2seq.export.format import ExportError, check_out, require, side_pieces, side_spm
-from seq2seq.model import load_model_dir, marian_order, to_marian_weights
+from seq2seq.export.hf_m2m100 import export_hf_m2m100, is_m2m100_dir
+from seq2seq.model import (
+    layout_of,
+    load_model_dir,
+    marian_order,
+    to_marian_weights,
+    write_safetensors,
+)
 
 __all__ = ["check_hf_support", "export_hf"]
 
@@ -41,7 +53,11 @@ def check_hf_support(cfg_model, where: str) -> None:
         where: what the message names (the config file).
     """
     refusals = [
-        (cfg_model.norm_first, "model.norm_first: true (pre-norm); Marian is post-norm"),
+        (
+            cfg_model.norm_first,
+            "model.norm_first: true (pre-norm); Marian is post-norm (a pre-norm model exports "
+            "to hf as M2M100 only when seq2seq convert m2m100 made it)",
+        ),
         (
             cfg_model.positions != "sinusoidal_marian",
             f"model.positions: {cfg_model.positions}; Marian computes sinusoidal_marian positions",
@@ -73,7 +89,8 @@ def _languages(pair: str) -> tuple[str, str]:
 
 
 def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False) -> Path:
-    """Write ``out_dir``, a MarianMT folder of the model directory ``model_dir``.
+    """Write ``out_dir``, a MarianMT folder of the model directory ``model_dir`` (an
+    ``M2M100ForConditionalGeneration`` folder for a converted M2M100/NLLB model).
 
     Args:
         model_dir: a seq2seq model directory.
@@ -84,10 +101,12 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
         ``out_dir``.
 
     Raises:
-        ExportError: an option Marian cannot express (named), an existing ``out_dir`` without
+        ExportError: an option Marian (or M2M100) cannot express (named), an existing ``out_dir`` without
             ``force``, or no transformers.
     """
     model_dir, out_dir = Path(model_dir), Path(out_dir)
+    if is_m2m100_dir(model_dir):
+        return export_hf_m2m100(model_dir, out_dir, force=force)
     check_out(out_dir, force)
     loaded = load_model_dir(model_dir, device="cpu")
     m = loaded.cfg.model
@@ -147,14 +166,13 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
         shared=shared,
         tied=m.tie_output,
     )
-    from safetensors.torch import save_file
-
     src_lang, tgt_lang = _languages(loaded.cfg.data.pair)
     src_spm, tgt_spm = side_spm(model_dir)
     with atomic_dir(out_dir, overwrite=force) as tmp:
         config.save_pretrained(tmp)
         generation.save_pretrained(tmp)
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        with atomic_open(tmp / "model.safetensors", "wb") as f:  # (save_file would leave 0600)
+            write_safetensors(f, layout_of(tensors), tensors.__getitem__, {"format": "pt"})
         shutil.copyfile(src_spm, tmp / "source.spm")
         shutil.copyfile(tgt_spm, tmp / "target.spm")
         for name, pieces in (("vocab.json", vocab), ("target_vocab.json", tgt_vocab)):

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.core import atomic_dir
+from seq2seq.data import LANGUAGES_FILE
 from seq2seq.export.format import (
     DECODER_FILE,
     ENCODER_FILE,
@@ -213,7 +214,9 @@ export.json lists every input and output with its shape. With seq2seq (beam sear
 length penalty as with the torch engine):
 
     seq2seq translate --engine onnx {name} < input.txt
+"""
 
+_ONNX_SPM_EXAMPLE = """
 Minimal greedy decoding with onnxruntime alone:
 
 ```python
@@ -237,6 +240,16 @@ for pos in range(100):
     ids.append(tok)
 print(spm.SentencePieceProcessor(model_file="{name}/{tgt_spm}").decode(ids))
 ```
+"""
+
+_ONNX_LANGUAGES = """
+A converted M2M100 / NLLB-200 model: its languages are tokens of its vocabulary
+(languages.json gives each code's id in the original folder; ours are the folder's, except
+`<pad>` 0, `<unk>` 1, `</s>` 3, the folder's `<s>` last). The source is `[src_lang] pieces
+</s>`; the decoder is fed `<s>` ({bos}), then the target language's token, forced as the first
+output. With seq2seq, name the languages:
+
+    seq2seq translate --engine onnx {name} --source-lang en --target-lang de < input.txt
 """
 
 
@@ -321,8 +334,11 @@ def export_onnx(
     with atomic_dir(out_dir, overwrite=force) as tmp:
         io = _export_graphs(model, tmp, opset)
         copy_common(model_dir, tmp)
+        readme = _ONNX_README + (
+            _ONNX_LANGUAGES if (model_dir / LANGUAGES_FILE).is_file() else _ONNX_SPM_EXAMPLE
+        )
         (tmp / "README.md").write_text(
-            _ONNX_README.format(
+            readme.format(
                 model_dir=model_dir.name,
                 name=out_dir.name,
                 opset=opset,

@@ -41,6 +41,7 @@ from seq2seq.data import (
     M2M100_SPM,
     M2M100_VOCAB,
     NLLB_TOKENIZER,
+    our_id,
     read_vocab_map,
 )
 from seq2seq.model.convert import _check_shapes, _read_weights, read_hf_config
@@ -52,10 +53,18 @@ from seq2seq.model.marian import (
     _fused,
     marian_layer_names,
     marian_shapes,
+    to_marian_layers,
 )
 from seq2seq.model.transformer import build_model
 
-__all__ = ["POSITION_OFFSET", "convert_m2m100", "m2m100_order", "read_m2m100_config"]
+__all__ = [
+    "M2M100_CODES",
+    "POSITION_OFFSET",
+    "convert_m2m100",
+    "m2m100_order",
+    "read_m2m100_config",
+    "to_m2m100_weights",
+]
 
 POSITION_OFFSET = 2
 """M2M100's sinusoidal table: position p reads row p + padding_idx + 1 (padding_idx 1)."""
@@ -63,7 +72,7 @@ POSITION_OFFSET = 2
 # fairseq's language lists, in dictionary order, for an M2M100 folder whose tokenizer_config
 # names them only by ``language_codes`` (as transformers 5 saves it); the ids are then
 # len(vocab.json) + the index, read from the folder's own vocab.json
-_M2M100_CODES = {
+M2M100_CODES = {
     "m2m100": (
         "af am ar ast az ba be bg bn br bs ca ceb cs cy da de el en es et fa ff fi fr fy ga gd "
         "gl gu ha he hi hr ht hu hy id ig ilo is it ja jv ka kk km kn ko lb lg ln lo lt lv mg "
@@ -81,6 +90,63 @@ def m2m100_order(rows: int) -> list[int]:
     """For each of our ids, the folder's row it takes: ``[<pad>, <unk>, </s> (our start),
     </s>, 4 .. rows-1, <s>]`` (``rows + 1`` entries)."""
     return [1, 3, 2, 2, *range(4, rows), 0]
+
+
+def to_m2m100_weights(
+    state: Mapping[str, torch.Tensor],
+    *,
+    n_encoder_layers: int,
+    n_decoder_layers: int,
+    where: str,
+) -> dict[str, torch.Tensor]:
+    """Our state dict -> an M2M100 folder's tensors (the inverse of
+    :func:`from_m2m100_weights`): the model's own tensors or views of them (the split
+    projections), and the embedding's rows reordered (the one copy).
+
+    Exact for what conversion writes (and what keeps its form): our ``<s>`` row, the
+    decoder's start, must equal our ``</s>`` row, because the folder has one row for both
+    (its decoder starts from ``</s>``); the output bias must be conversion's (0, and
+    :data:`~seq2seq.model.marian.START_BIAS` on ``<s>``), because M2M100 has none.
+
+    Args:
+        state: our model's ``state_dict()``.
+        n_encoder_layers: encoder layers.
+        n_decoder_layers: decoder layers.
+        where: the file the messages name.
+
+    Returns:
+        ``model.shared.weight`` (rows in the folder's order, our ``<s>`` row dropped), both
+        sides' final ``layer_norm`` and every layer's weights under transformers' names.
+
+    Raises:
+        UserError: a start row or an output bias that M2M100 cannot express.
+    """
+    emb = state["encoder.embedding.weight"]
+    rows = emb.size(0) - 1
+    if not torch.equal(emb[2], emb[3]):
+        raise UserError(
+            f"{where}: the decoder's start row (<s>) differs from the </s> row (as after "
+            "fine-tuning); M2M100ForConditionalGeneration has one row for both: "
+            "export it with --format ctranslate2 or onnx"
+        )
+    expected = torch.zeros(rows + 1)
+    expected[2] = START_BIAS
+    bias = state.get("final_logits_bias")
+    if bias is None or not torch.equal(bias.detach().cpu().float(), expected):
+        raise UserError(
+            f"{where}: the model's output bias is not a converted M2M100's (M2M100 has none)"
+        )
+    index = torch.tensor([our_id(i, rows) for i in range(rows)])  # folder row i <- ours
+    out = {"model.shared.weight": emb.index_select(0, index)}
+    for side in ("encoder", "decoder"):
+        for kind in ("weight", "bias"):
+            out[f"model.{side}.layer_norm.{kind}"] = state[f"{side}.final_norm.{kind}"]
+    out.update(
+        to_marian_layers(
+            state, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers
+        )
+    )
+    return {k: v.detach() for k, v in out.items()}
 
 
 def read_m2m100_config(hf_dir: str | Path) -> dict:
@@ -175,9 +241,9 @@ def _m2m100_languages(hf_dir: Path, n_vocab: int) -> tuple[dict[str, int], int]:
         codes = [_M2M100_TOKEN.fullmatch(t).group(1) for t in tokens]
         if not codes:
             name = tok.get("language_codes", "m2m100")
-            if name not in _M2M100_CODES:
+            if name not in M2M100_CODES:
                 raise UserError(f"{path}: language_codes {name!r} is not m2m100 or wmt21")
-            codes = _M2M100_CODES[name]
+            codes = M2M100_CODES[name]
         found = {c: n_vocab + i for i, c in enumerate(codes)}
     madeup = tok.get("num_madeup_words", 8)
     return found, madeup if type(madeup) is int and madeup >= 0 else 8

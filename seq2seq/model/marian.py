@@ -44,6 +44,7 @@ __all__ = [
     "marian_order",
     "marian_shapes",
     "our_order",
+    "to_marian_layers",
     "to_marian_weights",
 ]
 
@@ -253,7 +254,22 @@ def to_marian_weights(
     marian_bias = bias.index_select(0, tgt_index).clone()
     marian_bias[-1] = bias[PAD_ID]  # Marian's <pad> logit: our <pad>'s bias, not <s>'s
     out["final_logits_bias"] = marian_bias[None, :]
-    d = emb.size(1)
+    out.update(
+        to_marian_layers(
+            state, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers
+        )
+    )
+    return {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in out.items()}
+
+
+def to_marian_layers(
+    state: Mapping[str, Tensor], *, n_encoder_layers: int, n_decoder_layers: int
+) -> dict[str, Tensor]:
+    """Our layers' tensors under Marian's (and M2M100's) names, the fused projections split
+    (views of ``state``'s tensors; the inverse of the layer part of
+    :func:`from_marian_weights`)."""
+    d = state["encoder.embedding.weight"].size(1)
+    out: dict[str, Tensor] = {}
     for side, n in (("encoder", n_encoder_layers), ("decoder", n_decoder_layers)):
         for i in range(n):
             for ours, theirs in marian_layer_names(side, i).items():
@@ -261,7 +277,7 @@ def to_marian_weights(
             for ours, parts in _fused(side, i):
                 for j, part in enumerate(parts):
                     out[part] = state[ours][j * d : (j + 1) * d]
-    return {k: v.detach().to("cpu", torch.float32).contiguous().clone() for k, v in out.items()}
+    return out
 
 
 def marian_shapes(
