@@ -36,14 +36,15 @@ from pathlib import Path
 from needs import mirror, run
 
 SHAPES = {
-    # Helsinki-NLP/opus-mt-en-de
+    # Helsinki-NLP/opus-mt-en-de: a MarianMTModel
     "opus": dict(d_model=512, layers=6, heads=8, ffn=2048, rows=58_101, activation="swish"),
-    # facebook/nllb-200-distilled-600M and facebook/m2m100_418M (as Marian-shaped models: the
-    # same matrix products; their pre-norm layers add two layer norms)
-    "nllb600m": dict(d_model=1024, layers=12, heads=16, ffn=4096, rows=256_206, activation="relu"),
-    "m2m418m": dict(d_model=1024, layers=12, heads=16, ffn=4096, rows=128_112, activation="relu"),
+    # facebook/nllb-200-distilled-600M and facebook/m2m100_418M: M2M100ForConditionalGeneration
+    # folders (pre-norm, ReLU) with an NLLB tokenizer, converted with `seq2seq convert m2m100`
+    "nllb600m": dict(d_model=1024, layers=12, heads=16, ffn=4096, rows=256_206),
+    "m2m418m": dict(d_model=1024, layers=12, heads=16, ffn=4096, rows=128_112),
 }
 ENGINES = ("transformers", "torch", "ctranslate2", "ctranslate2-int8")
+SRC_LANG, TGT_LANG = "eng_Latn", "deu_Latn"  # the M2M100-family shapes' direction
 
 
 def _lines(root: Path, split: str, lang: str, n: int) -> list[str]:
@@ -54,9 +55,94 @@ def _lines(root: Path, split: str, lang: str, n: int) -> list[str]:
         return [line.strip() for _, line in zip(range(n), f)]
 
 
+def _padded_spm(root: Path, work: Path, pieces: int) -> Path:
+    """A SentencePiece model trained on Multi30K, padded with unused pieces to ``pieces``."""
+    import sentencepiece as spm
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
+    text = work / "train.txt"
+    lines = _lines(root, "train", "en", 29_000) + _lines(root, "train", "de", 29_000)
+    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(text),
+        model_prefix=str(work / "sp"),
+        vocab_size=8000,
+        model_type="unigram",
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
+    proto = pb.ModelProto()
+    proto.ParseFromString((work / "sp.model").read_bytes())
+    have = {p.piece for p in proto.pieces}
+    i = 0
+    while len(proto.pieces) < pieces:
+        name = f"\u2581unused{i}"
+        i += 1
+        if name not in have:
+            proto.pieces.add(piece=name, score=-1e4, type=pb.ModelProto.SentencePiece.NORMAL)
+    path = work / "padded.model"
+    path.write_bytes(proto.SerializeToString())
+    return path
+
+
+def build_m2m100(root: Path, out: Path, size: dict) -> None:
+    """A random ``M2M100ForConditionalGeneration`` folder of ``size`` (d_model, layers, heads,
+    ffn, rows) with an NLLB tokenizer that holds NLLB-200's 202 language codes, its
+    SentencePiece model padded so that the tokenizer fills the rows, saved at ``out``."""
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+
+    out.mkdir(parents=True)
+    work = out.parent / "spm"
+    work.mkdir(exist_ok=True)
+    # NLLB's 256,000 pieces for its 256,206 rows: the rest are 4 specials, 202 codes, <mask>
+    pieces = size["rows"] - 206
+    shutil.copyfile(_padded_spm(root, work, pieces), out / "sentencepiece.bpe.model")
+    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
+
+    tok = NllbTokenizer.from_pretrained(  # NLLB-200's 202 language codes, in its order
+        str(out),
+        additional_special_tokens=list(FAIRSEQ_LANGUAGE_CODES),
+        src_lang="eng_Latn",
+        tgt_lang="deu_Latn",
+    )
+    assert tok.convert_tokens_to_ids("eng_Latn") != tok.unk_token_id
+    assert pieces < len(tok) <= size["rows"], len(tok)  # the pieces and the language codes
+    tok.save_pretrained(out)
+    (out / "sentencepiece.bpe.model").unlink()  # the tokenizer.json holds it all
+    config = M2M100Config(
+        vocab_size=size["rows"],
+        d_model=size["d_model"],
+        encoder_layers=size["layers"],
+        decoder_layers=size["layers"],
+        encoder_attention_heads=size["heads"],
+        decoder_attention_heads=size["heads"],
+        encoder_ffn_dim=size["ffn"],
+        decoder_ffn_dim=size["ffn"],
+        activation_function="relu",
+        max_position_embeddings=1024,
+        scale_embedding=True,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
+    torch.manual_seed(0)
+    model = M2M100ForConditionalGeneration(config).eval()
+    model.save_pretrained(out)
+
+
+def family(shape: str) -> str:
+    """The ``seq2seq convert`` family of a :data:`SHAPES` shape."""
+    return "marian" if shape == "opus" else "m2m100"
+
+
 def build_hf_model(root: Path, out: Path, shape: str = "opus") -> None:
-    """A random MarianMTModel of :data:`SHAPES` ``shape`` with real SentencePiece models,
-    saved at ``out``."""
+    """A random model of :data:`SHAPES` ``shape`` with real SentencePiece models, saved at
+    ``out``: a MarianMTModel (``opus``) or an M2M100ForConditionalGeneration."""
+    if family(shape) == "m2m100":
+        build_m2m100(root, out, SHAPES[shape])
+        return
     import sentencepiece as spm
     import torch
     from transformers import MarianConfig, MarianMTModel
@@ -118,12 +204,19 @@ def build_hf_model(root: Path, out: Path, shape: str = "opus") -> None:
 def groups(hf_dir: Path, root: Path, n: int, batch: int) -> list[tuple[int, list[str]]]:
     """(L, sources) batches of the first ``n`` test sentences, sorted by reference length; L is
     the longest reference length (target pieces + EOS) in the batch."""
-    import sentencepiece as spm
-
-    sp = spm.SentencePieceProcessor(model_file=str(hf_dir / "target.spm"))
     src = _lines(root, "test_2016_flickr", "en", n)
     ref = _lines(root, "test_2016_flickr", "de", n)
-    ordered = sorted((len(sp.encode(r)) + 1, s) for s, r in zip(src, ref))
+    if (hf_dir / "target.spm").is_file():  # Marian
+        import sentencepiece as spm
+
+        sp = spm.SentencePieceProcessor(model_file=str(hf_dir / "target.spm"))
+        lengths = [len(sp.encode(r)) + 1 for r in ref]
+    else:  # M2M100/NLLB: [deu_Latn] pieces </s>, the forced language token counted
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(hf_dir, src_lang=SRC_LANG, tgt_lang=TGT_LANG)
+        lengths = [len(tok(text_target=r)["input_ids"]) for r in ref]
+    ordered = sorted(zip(lengths, src))
     return [
         (ordered[i + len(ordered[i : i + batch]) - 1][0], [s for _, s in ordered[i : i + batch]])
         for i in range(0, len(ordered), batch)
@@ -136,17 +229,21 @@ def worker(engine: str, path: Path, groups_file: Path, threads: int, profile: bo
 
     torch.set_num_threads(threads)
     work = json.loads(groups_file.read_text(encoding="utf-8"))
+    m2m100 = not (path / "target.spm").is_file() and engine == "transformers"
+    langs = {}
     if engine == "transformers":
-        from transformers import MarianMTModel, MarianTokenizer
+        from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-        model = MarianMTModel.from_pretrained(path).eval()
-        tok = MarianTokenizer.from_pretrained(path)
+        model = AutoModelForSeq2SeqLM.from_pretrained(path, dtype=torch.float32).eval()
+        tok = AutoTokenizer.from_pretrained(path, **({"src_lang": SRC_LANG} if m2m100 else {}))
+        forced = {"forced_bos_token_id": tok.convert_tokens_to_ids(TGT_LANG)} if m2m100 else {}
 
         def decode(length: int, sentences: list[str]) -> None:
             batch = tok(sentences, padding=True, return_tensors="pt")
             with torch.inference_mode():
                 model.generate(
                     **batch,
+                    **forced,
                     num_beams=4,
                     min_new_tokens=length - 1,
                     max_new_tokens=length,
@@ -157,10 +254,12 @@ def worker(engine: str, path: Path, groups_file: Path, threads: int, profile: bo
 
         kind = "torch" if engine == "torch" else "ctranslate2"
         translator = Translator.load(path, engine=kind)
+        if translator.languages:  # a many-language model: the same direction
+            langs = {"source_lang": SRC_LANG, "target_lang": TGT_LANG}
 
         def decode(length: int, sentences: list[str]) -> None:
             translator.translate(
-                sentences, beam_size=4, min_len=length, max_len_a=0.0, max_len_b=length
+                sentences, beam_size=4, min_len=length, max_len_a=0.0, max_len_b=length, **langs
             )
 
     n = sum(len(s) for _, s in work)
@@ -233,7 +332,7 @@ def main() -> int:
             build_hf_model(root, hf_dir, args.shape)
         shutil.rmtree(model_dir, ignore_errors=True)
         start = time.perf_counter()
-        _cli("convert", "marian", str(hf_dir), "--out", str(model_dir))
+        _cli("convert", family(args.shape), str(hf_dir), "--out", str(model_dir))
         convert_s = time.perf_counter() - start
         paths = {"transformers": hf_dir, "torch": model_dir}
         engines = args.engines.split(",")

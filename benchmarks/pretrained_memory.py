@@ -31,84 +31,10 @@ import time
 from pathlib import Path
 
 from needs import mirror, run
-from pretrained import _lines, _peak_rss_mib
+from pretrained import _lines, _padded_spm, _peak_rss_mib, build_m2m100
 
 ROWS = 256_206  # NLLB-200's embedding rows (its tokenizer has 256,204 ids)
-SPM_PIECES = 256_000  # NLLB's SentencePiece model
 SHAPE = dict(d_model=1024, layers=12, heads=16, ffn=4096)
-
-
-def _padded_spm(root: Path, work: Path, pieces: int) -> Path:
-    """A SentencePiece model trained on Multi30K, padded with unused pieces to ``pieces``."""
-    import sentencepiece as spm
-    from sentencepiece import sentencepiece_model_pb2 as pb
-
-    text = work / "train.txt"
-    lines = _lines(root, "train", "en", 29_000) + _lines(root, "train", "de", 29_000)
-    text.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(text),
-        model_prefix=str(work / "sp"),
-        vocab_size=8000,
-        model_type="unigram",
-        hard_vocab_limit=False,
-        minloglevel=2,
-    )
-    proto = pb.ModelProto()
-    proto.ParseFromString((work / "sp.model").read_bytes())
-    have = {p.piece for p in proto.pieces}
-    i = 0
-    while len(proto.pieces) < pieces:
-        name = f"\u2581unused{i}"
-        i += 1
-        if name not in have:
-            proto.pieces.add(piece=name, score=-1e4, type=pb.ModelProto.SentencePiece.NORMAL)
-    path = work / "padded.model"
-    path.write_bytes(proto.SerializeToString())
-    return path
-
-
-def build_m2m100(root: Path, out: Path) -> None:
-    """A random NLLB-600M-shaped M2M100 folder with an NLLB tokenizer, saved at ``out``."""
-    import torch
-    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
-
-    out.mkdir(parents=True)
-    work = out.parent / "spm"
-    work.mkdir(exist_ok=True)
-    shutil.copyfile(_padded_spm(root, work, SPM_PIECES), out / "sentencepiece.bpe.model")
-    from transformers.models.nllb.tokenization_nllb import FAIRSEQ_LANGUAGE_CODES
-
-    tok = NllbTokenizer.from_pretrained(  # NLLB-200's 202 language codes, in its order
-        str(out),
-        additional_special_tokens=list(FAIRSEQ_LANGUAGE_CODES),
-        src_lang="eng_Latn",
-        tgt_lang="deu_Latn",
-    )
-    assert tok.convert_tokens_to_ids("eng_Latn") != tok.unk_token_id
-    assert len(tok) > SPM_PIECES, len(tok)  # the pieces and the language codes
-    tok.save_pretrained(out)
-    (out / "sentencepiece.bpe.model").unlink()  # the tokenizer.json holds it all
-    config = M2M100Config(
-        vocab_size=ROWS,
-        d_model=SHAPE["d_model"],
-        encoder_layers=SHAPE["layers"],
-        decoder_layers=SHAPE["layers"],
-        encoder_attention_heads=SHAPE["heads"],
-        decoder_attention_heads=SHAPE["heads"],
-        encoder_ffn_dim=SHAPE["ffn"],
-        decoder_ffn_dim=SHAPE["ffn"],
-        activation_function="relu",
-        max_position_embeddings=1024,
-        scale_embedding=True,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-    )
-    torch.manual_seed(0)
-    model = M2M100ForConditionalGeneration(config).eval()
-    model.save_pretrained(out)
 
 
 def build_marian(root: Path, out: Path) -> None:
@@ -198,7 +124,10 @@ def main() -> int:
         tmp = Path(args.work) if args.work else Path(tmp)
         hf_dir, model_dir = tmp / f"hf-{args.family}", tmp / f"converted-{args.family}"
         if not hf_dir.is_dir():
-            (build_m2m100 if args.family == "m2m100" else build_marian)(root, hf_dir)
+            if args.family == "m2m100":
+                build_m2m100(root, hf_dir, dict(SHAPE, rows=ROWS))
+            else:
+                build_marian(root, hf_dir)
         shutil.rmtree(model_dir, ignore_errors=True)
         size = _weights_bytes(hf_dir)
         convert = _child("convert", args.family, str(hf_dir), "--out", str(model_dir))

@@ -24,6 +24,7 @@ TINY = [
     "training.val_every_steps=2",
     "training.warmup_steps=2",
     "training.threads=1",
+    "training.precision=32",
     "decoding.beam_size=2",
     "decoding.max_len_b=5",
     "training.tune_len_penalty=[0.6,1.4]",
