@@ -199,3 +199,38 @@ def test_module_second_pass_is_cut_and_pulled_towards_the_clean_one():
     torch.testing.assert_close(
         clean.compute_loss(src, tgt).loss, single.compute_loss(src, tgt).loss
     )
+
+
+@pytest.mark.parametrize(("alpha", "eps"), [(0.0, 0.1), (0.5, 0.0), (5.0, 0.1)])
+def test_rdrop_gradients_equal_autograd_through_its_definition(alpha, eps):
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(3, 5, 11, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(3, 5, 11, generator=gen, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(3, 11, (3, 5), generator=gen)
+    target[0, 3:] = PAD_ID
+    target[2, 1:] = PAD_ID
+    out = rdrop_loss(a, b, target, epsilon=eps, alpha=alpha, ignore_index=PAD_ID)
+    (0.7 * out.loss + 0.2 * out.nll).backward()  # both outputs carry a gradient
+    got = a.grad.clone(), b.grad.clone()
+    a.grad = b.grad = None
+    want, _ = _by_hand(a, b, target, eps, alpha)
+    nll = (
+        F.cross_entropy(a[target.ne(PAD_ID)], target[target.ne(PAD_ID)], reduction="sum")
+        + F.cross_entropy(b[target.ne(PAD_ID)], target[target.ne(PAD_ID)], reduction="sum")
+    ) / 2
+    (0.7 * want + 0.2 * nll).backward()
+    torch.testing.assert_close(got[0], a.grad)
+    torch.testing.assert_close(got[1], b.grad)
+    assert got[0][0, 3:].abs().sum() == 0 and got[1][2, 1:].abs().sum() == 0  # padding: none
+
+
+def test_rdrop_passes_gradcheck():
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, 6, generator=gen, dtype=torch.float64, requires_grad=True)
+    target = torch.tensor([3, 4, 5, PAD_ID])
+
+    def loss(x, y):
+        return rdrop_loss(x, y, target, epsilon=0.1, alpha=2.0, ignore_index=PAD_ID).loss
+
+    assert torch.autograd.gradcheck(loss, (a, b))

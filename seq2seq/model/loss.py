@@ -97,8 +97,9 @@ def rdrop_loss(
     first = label_smoothed_nll(logits1, target, epsilon=epsilon, ignore_index=ignore_index)
     second = label_smoothed_nll(logits2, target, epsilon=epsilon, ignore_index=ignore_index)
     keep = target.reshape(-1).ne(ignore_index)
-    lp1 = F.log_softmax(logits1.reshape(-1, logits1.size(-1))[keep].float(), dim=-1)  # (N, V)
-    lp2 = F.log_softmax(logits2.reshape(-1, logits2.size(-1))[keep].float(), dim=-1)
+    dtype = torch.promote_types(logits1.dtype, torch.float32)  # float64 keeps its precision
+    lp1 = F.log_softmax(logits1.reshape(-1, logits1.size(-1))[keep], dim=-1, dtype=dtype)  # (N, V)
+    lp2 = F.log_softmax(logits2.reshape(-1, logits2.size(-1))[keep], dim=-1, dtype=dtype)
     kl_12 = (lp1.exp() * (lp1 - lp2)).sum()  # sum_t KL(p_1,t || p_2,t)
     kl_21 = (lp2.exp() * (lp2 - lp1)).sum()
     loss = 0.5 * (first.loss + second.loss) + 0.5 * alpha * 0.5 * (kl_12 + kl_21)
