@@ -188,11 +188,11 @@ def _run_translate(args) -> int:
             else None
         ),
     )
-    reader = open_lines(args.input)
     if args.output:
         args.on_stop = f"{args.output}.partial holds the lines so far: rerun with --resume"
     translator = Translator.load(args.model_dir, device=args.device, engine=args.engine, **search)
     translator.set_direction(args.source_lang, args.target_lang)
+    reader = open_lines(args.input)  # after the checks that can refuse, so none leaves it open
     if args.repetition_guard:
         translator.repetition_guard = RepetitionGuard()
     record = fingerprint(
