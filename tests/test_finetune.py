@@ -164,3 +164,71 @@ def test_an_incompatible_or_missing_parent_is_a_clear_error(parent, tmp_path, ca
     rc = main(["train", "--init-from", str(parent), "--resume", str(tmp_path / "bad")])
     assert rc == 2
     assert "not both" in capsys.readouterr().err
+
+
+def _start_module(start_is_eos: bool, bias: bool) -> TranslationModule:
+    from dataclasses import replace
+
+    from seq2seq.config import ExperimentConfig, ModelConfig
+
+    model = ModelConfig(
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        dropout=0.0,
+        final_logits_bias=bias,
+        start_is_eos=start_is_eos,
+    )
+    torch.manual_seed(0)
+    return TranslationModule(
+        cfg=replace(ExperimentConfig(), model=model), src_vocab_size=20, tgt_vocab_size=20
+    )
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["fused-loss", "output-bias"])
+def test_with_start_is_eos_the_start_row_takes_no_gradient(bias):
+    """``model.start_is_eos`` (what ``convert m2m100`` sets): the start id reads the ``</s>``
+    row, and its own row takes no gradient, neither as the decoder's input nor through the
+    output (the label-smoothed loss spreads mass on every class), in the training module's
+    loss, fused on the CPU (no output bias) or not; without the option it takes one."""
+    from seq2seq.data import BOS_ID, EOS_ID
+
+    src = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, 0]])
+    tgt = torch.tensor([[BOS_ID, 10, 11, 12, EOS_ID], [BOS_ID, 13, 14, EOS_ID, 0]])
+    for start_is_eos in (False, True):
+        module = _start_module(start_is_eos, bias)
+        module.compute_loss(src, tgt).loss.backward()
+        grad = module.model.decoder.embedding.weight.grad
+        assert bool(grad[EOS_ID].abs().gt(0).any())
+        assert bool(grad[BOS_ID].abs().gt(0).any()) is not start_is_eos, start_is_eos
+
+
+def test_start_is_eos_is_exactly_the_eos_row_as_the_start():
+    """The option changes nothing but the start's row: its log-probabilities, teacher-forced
+    and step by step with the KV cache, are bit for bit those of the same model without it
+    whose ``<s>`` row is a copy of ``</s>`` (a converted M2M100's), the start's own column
+    (never a candidate) aside."""
+    from seq2seq.data import BOS_ID, EOS_ID
+    from seq2seq.model import START_BIAS
+
+    plain, flagged = _start_module(False, True).model.eval(), _start_module(True, True).model
+    flagged.eval()
+    with torch.no_grad():
+        plain.final_logits_bias[BOS_ID] = START_BIAS  # as conversion writes it
+        flagged.load_state_dict(plain.state_dict())
+        flagged.decoder.embedding.weight[BOS_ID] += 1.0  # unused: the start reads </s>
+        plain.decoder.embedding.weight[BOS_ID] = plain.decoder.embedding.weight[EOS_ID]
+    others = torch.arange(20) != BOS_ID
+    src = torch.tensor([[5, 6, 7, EOS_ID], [8, 9, EOS_ID, 0]])
+    tgt_in = torch.tensor([[BOS_ID, 10, 11, 12], [BOS_ID, 13, 14, 15]])
+    with torch.no_grad():
+        want = plain(src, tgt_in).log_softmax(-1)[..., others]
+        assert torch.equal(flagged(src, tgt_in).log_softmax(-1)[..., others], want)
+        states = [plain.start_state(src), flagged.start_state(src)]
+        for t in range(1, tgt_in.size(1) + 1):
+            steps = [m.decode_step(tgt_in[:, :t], s) for m, s in zip((plain, flagged), states)]
+            states = [s for _, s in steps]
+            assert torch.equal(steps[1][0][:, others], steps[0][0][:, others]), t
+            assert float(steps[1][0][:, BOS_ID].max()) < -1e3  # never a candidate

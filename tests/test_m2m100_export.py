@@ -6,9 +6,12 @@ Hugging Face: ``--format hf`` writes an ``M2M100ForConditionalGeneration`` folde
 back into identical weights.
 
 CTranslate2: the position table the export writes is the model's own (already offset by
-``padding_idx + 1``), the decoder starts from our ``<s>`` row (a copy of the folder's
-``</s>``), and the CTranslate2 engine passes the target language token as ``target_prefix``;
-its float32 outputs equal the torch engine's.
+``padding_idx + 1``), the decoder starts from the ``</s>`` row (``model.start_is_eos``, as
+the torch engine's), and the CTranslate2 engine passes the target language token as
+``target_prefix``; its float32 outputs equal the torch engine's.
+
+Fine-tuned: a converted model fine-tuned with ``seq2seq train --init-from`` exports to all
+three, and each translates as ``seq2seq translate`` does.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ import shutil
 
 import pytest
 import torch
+import yaml
 from test_m2m100 import (  # noqa: F401 (m2m100, nllb: the fixtures)
     LANG,
     MAX_NEW,
     TEXTS,
+    _lines,
     _ours,
     _run,
     _token,
@@ -92,7 +97,7 @@ def test_hf_export_generates_as_ours(family, request, tmp_path_factory):
     """transformers' Auto classes load the export; ``generate`` with the target language as
     ``forced_bos_token_id`` gives the torch engine's greedy and beam-4 outputs, and the
     exported tokenizer gives the original folder's ids."""
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     hf_dir, model_dir, src, _ = request.getfixturevalue(family)
     out = _hf_export(family, request, tmp_path_factory)
@@ -100,13 +105,22 @@ def test_hf_export_generates_as_ours(family, request, tmp_path_factory):
     assert config["model_type"] == "m2m_100" and config["decoder_start_token_id"] == 2
     modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
     assert modes["model.safetensors"] == modes["config.json"], modes  # (not save_file's 0600)
-    model = AutoModelForSeq2SeqLM.from_pretrained(out, dtype=torch.float32).eval()
-    assert type(model).__name__ == "M2M100ForConditionalGeneration"
     tok, original = AutoTokenizer.from_pretrained(out), AutoTokenizer.from_pretrained(hf_dir)
-    s_lang, t_lang = LANG[family]
-    for code in (s_lang, t_lang):
+    for code in LANG[family]:
         tok.src_lang = original.src_lang = code
         assert tok(TEXTS).input_ids == original(TEXTS).input_ids, code
+    _assert_generates_as_ours(out, model_dir, family, src)
+
+
+def _assert_generates_as_ours(out, model_dir, family, src):
+    """transformers' ``generate`` on the export ``out`` (the target language forced first)
+    gives the torch engine's greedy and beam-4 outputs of ``model_dir``."""
+    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+    model = AutoModelForSeq2SeqLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert type(model).__name__ == "M2M100ForConditionalGeneration"
+    tok = AutoTokenizer.from_pretrained(out)
+    s_lang, t_lang = LANG[family]
     tok.src_lang = s_lang
     batch = tok(src, padding=True, return_tensors="pt")
     forced = tok.convert_tokens_to_ids(_token(family, t_lang))
@@ -166,27 +180,51 @@ def test_hf_export_failing_write_leaves_nothing(request, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_hf_export_refuses_a_start_row_m2m100_cannot_hold(request, tmp_path):
-    """A model whose decoder start row (<s>) no longer equals its </s> row (as after
-    fine-tuning): M2M100 has one row for both, so the export is refused in one line, exit 2,
-    nothing written."""
+def test_hf_export_of_a_start_row_that_moved(request, tmp_path, tmp_path_factory):
+    """Our ``<s>`` row moved away from ``</s>``. With ``model.start_is_eos`` (what conversion
+    writes) the row is unused: the export is the unchanged model's, tensor for tensor. A
+    directory converted before the option existed (its config.yaml lacks the key) starts from
+    that row, which M2M100 cannot hold: refused in one line, exit 2, nothing written."""
+    from dataclasses import replace
+
     from safetensors.torch import load_file
 
-    from seq2seq.model import load_model_dir, save_model_dir
+    from seq2seq.model import load_model_dir, save_model_dir, write_manifest
 
     _, model_dir, _, _ = request.getfixturevalue("m2m100")
-    changed = tmp_path / "changed"
-    shutil.copytree(model_dir, changed)
-    loaded = load_model_dir(changed)
-    weights = load_file(changed / "model.safetensors")
-    weights["encoder.embedding.weight"][2] += 0.01
-    save_model_dir(changed, loaded.model, loaded.cfg, weights=weights)
-    out = tmp_path / "out"
-    result = _run("export", str(changed), "--format", "hf", "--out", str(out), check=False)
-    assert result.returncode == 2, result.stderr
-    (line,) = result.stderr.strip().splitlines()
-    assert "decoder's start row" in line and "--format ctranslate2" in line
-    assert not out.exists() and [p.name for p in tmp_path.iterdir()] == ["changed"]
+    for start_is_eos in (True, False):
+        changed = tmp_path / f"changed_{start_is_eos}"
+        shutil.copytree(model_dir, changed)
+        loaded = load_model_dir(changed)
+        assert loaded.cfg.model.start_is_eos  # conversion sets it
+        weights = load_file(changed / "model.safetensors")
+        weights["encoder.embedding.weight"][2] += 0.01
+        cfg = replace(loaded.cfg, model=replace(loaded.cfg.model, start_is_eos=start_is_eos))
+        save_model_dir(changed, loaded.model, cfg, weights=weights)
+        if not start_is_eos:  # as an older seq2seq wrote it
+            raw = yaml.safe_load((changed / "config.yaml").read_text("utf-8"))
+            del raw["model"]["start_is_eos"]
+            (changed / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False), "utf-8")
+            write_manifest(changed)
+            assert not load_model_dir(changed).cfg.model.start_is_eos
+        out = tmp_path / f"out_{start_is_eos}"
+        result = _run("export", str(changed), "--format", "hf", "--out", str(out), check=False)
+        if start_is_eos:
+            assert result.returncode == 0, result.stderr
+            same = load_file(_hf_export("m2m100", request, tmp_path_factory) / "model.safetensors")
+            got = load_file(out / "model.safetensors")
+            assert sorted(got) == sorted(same)
+            assert all(torch.equal(got[k], same[k]) for k in same)
+            continue
+        assert result.returncode == 2, result.stderr
+        (line,) = result.stderr.strip().splitlines()
+        assert "decoder's start row" in line and "--format ctranslate2" in line
+        assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "changed_False",
+        "changed_True",
+        "out_True",
+    ]
 
 
 @BOTH
@@ -264,6 +302,7 @@ def test_hf_export_refuses_what_m2m100_cannot_express():
     M2M100Tokenizer cannot number (not fairseq's list after vocab.json) are refused."""
     from seq2seq.config import ModelConfig
     from seq2seq.core import UserError
+    from seq2seq.export.hf import check_hf_support
     from seq2seq.export.hf_m2m100 import _tokenizer_config, check_m2m100_support
 
     m2m = {"positions": "sinusoidal", "position_offset": 2}
@@ -279,3 +318,89 @@ def test_hf_export_refuses_what_m2m100_cannot_express():
     meta = {"family": "m2m100", "rows": 20, "languages": {"en": 10, "de": 11}}
     with pytest.raises(UserError, match="neither"):
         _tokenizer_config(meta, 10, "en-de", 128, "languages.json")
+    # MarianMT's decoder starts from its own <pad> row, not from </s>
+    marian = {"norm_first": False, "positions": "sinusoidal_marian"}
+    check_hf_support(ModelConfig(**marian), "c")
+    with pytest.raises(UserError, match="model.start_is_eos: true"):
+        check_hf_support(ModelConfig(**marian, start_is_eos=True), "config.yaml")
+
+
+_FINETUNED: dict = {}
+
+
+def _finetuned(family, request, tmp_path_factory, mirror):
+    """The fixture's converted model fine-tuned for a few updates with ``seq2seq train
+    --init-from`` on a small en-de text (once per family)."""
+    if family not in _FINETUNED:
+        _, model_dir, _, _ = request.getfixturevalue(family)
+        root = tmp_path_factory.mktemp(f"{family}_ft")
+        data = root / "data"
+        data.mkdir()
+        for split, n in (("train", 48), ("val", 4)):
+            for lang in ("en", "de"):
+                lines = _lines(mirror, split, lang, n)
+                (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        run = root / "ft"
+        _run(
+            "train", "--init-from", str(model_dir), "--out", str(run),
+            "data.corpus=files", "data.pair=en-de",
+            f"data.train_prefix={data}/train", f"data.valid_prefix={data}/val",
+            "data.max_tokens=400", "training.max_steps=5", "training.val_every_steps=5",
+            "training.lr=0.002", "training.warmup_steps=1", "training.accelerator=cpu",
+            "training.devices=1", "training.threads=1", "training.keep_last=1",
+            "training.average_last=1", "training.val_method=greedy",
+        )  # fmt: skip
+        _FINETUNED[family] = run
+    return _FINETUNED[family]
+
+
+@pytest.mark.slow
+@BOTH
+def test_fine_tuned_model_exports_and_translates_as_ours(
+    family, request, tmp_path_factory, tmp_path, mirror
+):
+    """A converted model fine-tuned with ``train --init-from`` keeps ``model.start_is_eos``:
+    fine-tuning moved its ``</s>`` row, which the decoder starts from, and left its unused
+    ``<s>`` row as converted (reading that row instead would change the log-probabilities past
+    the exports' self-check tolerance). ``--format hf`` exports it: transformers' greedy and
+    beam-4 ``generate`` give ``seq2seq translate``'s outputs; CTranslate2 float32 and ONNX give
+    the torch engine's."""
+    from safetensors.torch import load_file
+
+    from seq2seq.data import BOS_ID, EOS_ID
+    from seq2seq.export import export_model
+    from seq2seq.export.probe import PROBE_TOLERANCE, probe_ids
+    from seq2seq.model import load_model_dir
+
+    _, model_dir, src, _ = request.getfixturevalue(family)
+    run = _finetuned(family, request, tmp_path_factory, mirror)
+    loaded = load_model_dir(run)
+    assert loaded.cfg.model.start_is_eos and loaded.cfg.training.init_from
+    before, after = (
+        load_file(d / "model.safetensors")["encoder.embedding.weight"] for d in (model_dir, run)
+    )
+    assert torch.equal(after[BOS_ID], before[BOS_ID])  # no gradient reached it
+    assert float((after[EOS_ID] - before[EOS_ID]).abs().max()) > 1e-3  # fine-tuned
+    model = loaded.model.eval()
+    probe_src, probe_tgt = probe_ids(model)
+    s, t = torch.tensor([[*probe_src, EOS_ID]]), torch.tensor([[BOS_ID, *probe_tgt]])
+    with torch.no_grad():
+        right = model(s, t).log_softmax(-1)
+        model.decoder.start_is_eos = False  # the start read from the <s> row instead
+        wrong = model(s, t).log_softmax(-1)
+        model.decoder.start_is_eos = True
+    assert float((right - wrong)[..., EOS_ID:].abs().max()) > PROBE_TOLERANCE
+
+    hf = tmp_path / "hf"
+    _run("export", str(run), "--format", "hf", "--out", str(hf))
+    _assert_generates_as_ours(hf, run, family, src)
+
+    src = src[:12]
+    ct2 = export_model(run, tmp_path / "ct2", fmt="ctranslate2", quantization="none")
+    onnx = export_model(run, tmp_path / "onnx", fmt="onnx")
+    tgt_lang = LANG[family][1]
+    for beams in (1, 4):
+        ours = _translate(run, family, src, engine="torch", beams=beams, tgt_lang=tgt_lang)
+        for engine, folder in (("ctranslate2", ct2), ("onnx", onnx)):
+            theirs = _translate(folder, family, src, engine=engine, beams=beams, tgt_lang=tgt_lang)
+            assert theirs == ours, (engine, beams)

@@ -231,6 +231,13 @@ class ModelConfig:
     final_logits_bias: bool = False
     """Add a fixed (not trained) bias vector to the output logits, as Marian models have; a
     converted OPUS-MT model also uses it to keep the start token out of the softmax."""
+    start_is_eos: bool = False
+    """The decoder's start id (``<s>``) reads the ``</s>`` row of the target embedding, as
+    M2M100 and NLLB-200 decoders start from ``</s>`` (fairseq's, transformers'
+    ``decoder_start_token_id``); the ``<s>`` row is then unused, and its output logit is fixed
+    at :data:`seq2seq.model.marian.START_BIAS`, so it takes no gradient and is never generated.
+    ``seq2seq convert m2m100`` sets it, so a fine-tuned model keeps one row for both, as the
+    original has."""
     decoder_mask: str = "causal"
     """Decoder self-attention mask: ``causal``, ``window`` or ``block``."""
     window: int = 16

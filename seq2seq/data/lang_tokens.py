@@ -19,8 +19,8 @@ Ids. Both families number ``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3 (fairs
 the toolkit's are ``<pad>`` 0, ``<unk>`` 1, ``<s>`` 2, ``</s>`` 3, and its decoder starts from
 ``<s>``, while these models' decoder starts from ``</s>``. So our id of a folder id ``i`` is
 :func:`our_id`: ``<pad>`` -> 0, ``<unk>`` -> 1, ``</s>`` -> 3, the folder's ``<s>`` -> the last
-row (``rows``), every other id unchanged; our ``<s>`` (2) is the decoder's start, a copy of the
-``</s>`` row (:mod:`seq2seq.model.m2m100`). A model has ``rows + 1`` ids.
+row (``rows``), every other id unchanged; our ``<s>`` (2) is the decoder's start, which reads the
+``</s>`` row (``model.start_is_eos``, :mod:`seq2seq.model.m2m100`). A model has ``rows + 1`` ids.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ class LanguageTokenizer:
             if not 0 <= i < size:
                 raise UserError(f"{self.files[0]}: the id of {code} is not below {self._rows}")
             pieces[i] = pieces[i] or _lang_token(self.family, code)
-        pieces[special_ids["bos"]] = "<s>"  # the decoder's start (a copy of the </s> row)
+        pieces[special_ids["bos"]] = "<s>"  # the decoder's start (it reads the </s> row)
         pieces[self._rows] = "<s>"  # the folder's own <s>
         for i, p in enumerate(pieces):
             if not p:

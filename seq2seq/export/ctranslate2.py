@@ -4,8 +4,11 @@ The spec is filled through CTranslate2's Python spec API: fused self-attention Q
 ``linear[0]``; cross-attention ``linear[0]`` is the query and ``linear[1]`` the fused
 key/value; the position table (our [sin | cos] layout, positions from 0, or the learned
 table) is written explicitly, so CTranslate2 never computes its own. The source gets EOS
-appended by CTranslate2 (``add_source_eos``) and the decoder starts from BOS
-(``decoder_start_token``), as in seq2seq.
+appended by CTranslate2 (``add_source_eos``) and the decoder starts from the row the torch
+engine's start reads (``decoder_start_token``): ``<s>``, or ``</s>`` for a model with
+``model.start_is_eos`` (a converted M2M100/NLLB, whose start logit the projection's bias
+keeps out of the softmax, as :meth:`~seq2seq.model.transformer.Seq2SeqTransformer.project`
+does).
 
 A feature CTranslate2 cannot express is an :class:`~seq2seq.export.format.ExportError` naming
 it (there is no block-causal or sliding-window decoder mask: export those models to ONNX).
@@ -32,7 +35,7 @@ from seq2seq.export.format import (
     write_info,
 )
 from seq2seq.export.probe import check_reproduced, probe_ids
-from seq2seq.model import load_model_dir
+from seq2seq.model import START_BIAS, load_model_dir
 
 __all__ = [
     "CT2_SUB_BATCH",
@@ -160,8 +163,12 @@ def ctranslate2_spec(model, *, src_pieces: list[str], tgt_pieces: list[str], spe
             _set_linear(layer_spec.ffn.linear_1, layer.ff.linear2)
             _set_norm(layer_spec.ffn.layer_norm, layer.ff_res.norm)
     dec_spec.projection.weight = _np(model.output_proj.weight)
-    if model.final_logits_bias is not None:
-        dec_spec.projection.bias = _np(model.final_logits_bias)
+    bias = model.final_logits_bias
+    if model.start_is_eos:  # the start's logit is never a candidate (as project's START_BIAS)
+        bias = torch.zeros(model.tgt_vocab_size) if bias is None else bias.clone()
+        bias[special["bos"]] = START_BIAS
+    if bias is not None:
+        dec_spec.projection.bias = _np(bias)
 
     spec.register_source_vocabulary(list(src_pieces))
     spec.register_target_vocabulary(list(tgt_pieces))
@@ -169,7 +176,9 @@ def ctranslate2_spec(model, *, src_pieces: list[str], tgt_pieces: list[str], spe
     cfg.unk_token = tgt_pieces[special["unk"]]
     cfg.bos_token = tgt_pieces[special["bos"]]
     cfg.eos_token = tgt_pieces[special["eos"]]
-    cfg.decoder_start_token = tgt_pieces[special["bos"]]
+    # model.start_is_eos (M2M100/NLLB): the decoder starts from the </s> row, as the torch
+    # engine's (seq2seq.model.decoder.Decoder.embed); else from our <s> row
+    cfg.decoder_start_token = tgt_pieces[special["eos" if model.start_is_eos else "bos"]]
     cfg.add_source_bos = False
     cfg.add_source_eos = True  # our sources end with EOS
     cfg.layer_norm_epsilon = LAYER_NORM_EPS
@@ -187,7 +196,7 @@ _CT2_README = """\
 
 Exported by `seq2seq export --format ctranslate2` (quantization: {quantization}).
 Sources get `</s>` appended by CTranslate2 (`add_source_eos` in config.json) and the decoder
-starts from `<s>`, as in seq2seq. With seq2seq:
+starts from `{start}` (`decoder_start_token`), as in seq2seq. With seq2seq:
 
     seq2seq translate --engine ctranslate2 {name} < input.txt
 
@@ -277,6 +286,7 @@ def export_ctranslate2(
                 src_spm=src_spm.name,
                 tgt_spm=tgt_spm.name,
                 sub_batch=CT2_SUB_BATCH,
+                start=tgt_pieces[special["eos" if model.start_is_eos else "bos"]],
             ),
             encoding="utf-8",
         )

@@ -66,6 +66,10 @@ def check_hf_support(cfg_model, where: str) -> None:
             cfg_model.decoder_mask != "causal",
             f"model.decoder_mask: {cfg_model.decoder_mask}; Marian's decoder mask is causal",
         ),
+        (
+            cfg_model.start_is_eos,
+            "model.start_is_eos: true; Marian's decoder starts from its own <pad> row",
+        ),
     ]
     for refused, what in refusals:
         if refused:

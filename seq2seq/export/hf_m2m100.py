@@ -19,7 +19,10 @@
 
 The export checks itself: transformers' model of the folder must give our log-probabilities
 on a probe sentence (:mod:`seq2seq.export.probe`). ``seq2seq convert m2m100`` reads the folder
-back into identical weights. Needs the ``hf`` extra (transformers).
+back into identical weights. A model fine-tuned from a converted one (``train --init-from``)
+exports as exactly: conversion sets ``model.start_is_eos``, so its decoder starts from the
+``</s>`` row, the one row M2M100 has for the start and the end. Needs the ``hf`` extra
+(transformers).
 """
 
 from __future__ import annotations
@@ -165,6 +168,7 @@ def export_hf_m2m100(model_dir: Path, out_dir: Path, *, force: bool = False) -> 
         n_encoder_layers=m.n_encoder_layers,
         n_decoder_layers=m.n_decoder_layers,
         where=str(model_dir / "model.safetensors"),
+        start_is_eos=m.start_is_eos,
     )
     rows = tensors["model.shared.weight"].size(0)
     if rows != meta["rows"]:

@@ -84,7 +84,7 @@ class OnnxDecoderStep(nn.Module):
         n = self.n_layers
         self_kv, cross_kv = kv[: 2 * n], kv[2 * n :]
         pos_vec = dec.positions.weight.index_select(0, position.reshape(1))  # (1, D)
-        x = dec.embedding(tokens) + pos_vec  # (N, 1, D)
+        x = dec.embed(tokens) + pos_vec  # (N, 1, D) (embed: which row the start id reads)
         self_mask = None  # causal, or a window-trimmed cache: the one query sees every key
         if dec.self_mask == "block":
             k_len = self_kv[0].size(2) + 1

@@ -17,6 +17,7 @@ _HOMES = {
     "MANIFEST_FILE": "directory",
     "PARENT_FILE": "directory",
     "SPM_FILES": "directory",
+    "START_BIAS": "marian",
     "TOKENIZER_FILES": "directory",
     "Seq2SeqTransformer": "transformer",
     "attention_mask_from_pad": "masks",

@@ -1,12 +1,14 @@
 """The decoder: self-attention under the configured mask (causal, sliding window or block
 causal), cross-attention to the whole non-padded source, and feed-forward, over the whole
-target (teacher forcing) or the new positions of an incremental step."""
+target (teacher forcing) or the new positions of an incremental step. Target ids are embedded
+by :meth:`Decoder.embed`, the one place that knows which row the start id reads."""
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
 
+from seq2seq.data import BOS_ID, EOS_ID
 from seq2seq.model.attention import KVCache, KVSlot
 from seq2seq.model.decoder_state import memory_groups, select_memory_rows
 from seq2seq.model.layers import (
@@ -48,7 +50,10 @@ class Decoder(nn.Module):
         window: int,
         block_size: int,
         prev_blocks: int,
+        start_is_eos: bool = False,
     ) -> None:
+        """``start_is_eos``: the start id (``<s>``) reads the ``</s>`` row
+        (``model.start_is_eos``, M2M100/NLLB); the other arguments are the model config's."""
         super().__init__()
         if self_mask not in ("causal", "window", "block"):
             raise ValueError(
@@ -75,6 +80,18 @@ class Decoder(nn.Module):
         self.window = window
         self.block_size = block_size
         self.prev_blocks = prev_blocks
+        self.start_is_eos = start_is_eos
+
+    def embed(self, tgt_ids: Tensor) -> Tensor:
+        """(B, T) target ids -> (B, T, D) token embeddings (positions not added).
+
+        With ``start_is_eos`` the start id is looked up as ``</s>``: the decoder's first input
+        is the ``</s>`` row, as in M2M100/NLLB, so training, validation, scoring, every
+        search and the ONNX graph read one row, and the ``<s>`` row takes no gradient.
+        """
+        if self.start_is_eos:
+            tgt_ids = tgt_ids.masked_fill(tgt_ids == BOS_ID, EOS_ID)
+        return self.embedding(tgt_ids)
 
     def structural_mask(self, q_len: int, k_len: int, device: torch.device) -> Tensor:
         """The self-attention mask (Lq, Lk) for the last q_len of k_len target positions."""
@@ -132,9 +149,9 @@ class Decoder(nn.Module):
         if positions is not None:  # one new token per row, each at its own position
             if t != 1 or self.self_mask != "causal":
                 raise ValueError("per-row positions need one new token and the causal mask")
-            x = self.embedding(tgt_ids) + self.positions.at(positions)[:, None]  # (B, 1, D)
+            x = self.embed(tgt_ids) + self.positions.at(positions)[:, None]  # (B, 1, D)
         else:
-            x = self.embedding(tgt_ids) + self.positions(t, offset)  # (B, T, D)
+            x = self.embed(tgt_ids) + self.positions(t, offset)  # (B, T, D)
         x = self.dropout(x)
         if kv_cache is not None:
             past = kv_cache.length

@@ -16,11 +16,16 @@ and tied to the output, no output bias.
 
 **Vocabulary** (:mod:`seq2seq.data.lang_tokens`): the folder numbers ``<s>`` 0, ``<pad>`` 1,
 ``</s>`` 2, ``<unk>`` 3 and its decoder starts from ``</s>``. Our ``<pad>``, ``<unk>`` and
-``</s>`` rows are the folder's; our ``<s>`` row (the decoder's start) is a copy of its ``</s>``
-row, kept out of the softmax by a fixed output bias (:data:`seq2seq.model.marian.START_BIAS`,
-``final_logits_bias``); the folder's ``<s>`` row moves to the end. Every other row keeps its
-id, so language tokens and the rows no tokenizer id names (M2M100's made-up words) stay in the
-softmax, as in transformers. A converted model has one row more than the folder's.
+``</s>`` rows are the folder's; our ``<s>`` id stays the decoder's start, and
+``model.start_is_eos: true`` makes it read the ``</s>`` row (``Decoder.embed``), as the
+folder's decoder does, with its own logit fixed at :data:`seq2seq.model.marian.START_BIAS`
+(``Seq2SeqTransformer.project``), so training moves one row for both, as fairseq's does, and a
+fine-tuned model exports back exactly. Our ``<s>`` row is written as a copy of the ``</s>``
+row and is not used (a directory converted before ``start_is_eos`` existed reads it, and keeps
+its output out of the softmax with the ``final_logits_bias`` START_BIAS); the folder's ``<s>``
+row moves to the end. Every other row keeps its id, so language tokens and the rows no
+tokenizer id names (M2M100's made-up words) stay in the softmax, as in transformers. A
+converted model has one row more than the folder's.
 """
 
 from __future__ import annotations
@@ -98,21 +103,26 @@ def to_m2m100_weights(
     n_encoder_layers: int,
     n_decoder_layers: int,
     where: str,
+    start_is_eos: bool,
 ) -> dict[str, torch.Tensor]:
     """Our state dict -> an M2M100 folder's tensors (the inverse of
     :func:`from_m2m100_weights`): the model's own tensors or views of them (the split
     projections), and the embedding's rows reordered (the one copy).
 
-    Exact for what conversion writes (and what keeps its form): our ``<s>`` row, the
-    decoder's start, must equal our ``</s>`` row, because the folder has one row for both
-    (its decoder starts from ``</s>``); the output bias must be conversion's (0, and
-    :data:`~seq2seq.model.marian.START_BIAS` on ``<s>``), because M2M100 has none.
+    The folder has one row for the decoder's start and the end (its decoder starts from
+    ``</s>``). With ``start_is_eos`` (``model.start_is_eos``, what conversion writes) our
+    decoder reads that one row too, fine-tuned or not, and our unused ``<s>`` row is dropped.
+    Without it (a directory converted before the option existed) our ``<s>`` row is the start
+    and must still equal our ``</s>`` row, as conversion wrote it. Either way the output bias
+    must be conversion's (0, and :data:`~seq2seq.model.marian.START_BIAS` on ``<s>``),
+    because M2M100 has none.
 
     Args:
         state: our model's ``state_dict()``.
         n_encoder_layers: encoder layers.
         n_decoder_layers: decoder layers.
         where: the file the messages name.
+        start_is_eos: the model's ``model.start_is_eos``.
 
     Returns:
         ``model.shared.weight`` (rows in the folder's order, our ``<s>`` row dropped), both
@@ -123,11 +133,12 @@ def to_m2m100_weights(
     """
     emb = state["encoder.embedding.weight"]
     rows = emb.size(0) - 1
-    if not torch.equal(emb[2], emb[3]):
+    if not start_is_eos and not torch.equal(emb[2], emb[3]):
         raise UserError(
-            f"{where}: the decoder's start row (<s>) differs from the </s> row (as after "
-            "fine-tuning); M2M100ForConditionalGeneration has one row for both: "
-            "export it with --format ctranslate2 or onnx"
+            f"{where}: the decoder's start row (<s>) differs from the </s> row (fine-tuned "
+            "from a model converted before model.start_is_eos existed); "
+            "M2M100ForConditionalGeneration has one row for both: export it with "
+            "--format ctranslate2 or onnx, or fine-tune a model converted again"
         )
     expected = torch.zeros(rows + 1)
     expected[2] = START_BIAS
@@ -422,6 +433,7 @@ def convert_m2m100(
         tie_output=True,
         scale_embeddings=bool(cfg.get("scale_embedding", True)),
         final_logits_bias=True,
+        start_is_eos=True,  # the decoder starts from the </s> row, as the folder's
     )
     vocab_size = cfg["vocab_size"] + 1
     experiment = ExperimentConfig(

@@ -15,11 +15,13 @@ import torch
 from torch import Tensor, nn
 
 from seq2seq.config import ModelConfig
+from seq2seq.data import BOS_ID
 from seq2seq.model.attention import KVCache
 from seq2seq.model.decoder import Decoder
 from seq2seq.model.decoder_state import DecoderState
 from seq2seq.model.encoder import Encoder
 from seq2seq.model.layers import PositionalEncoding, TokenEmbedding, init_embedding
+from seq2seq.model.marian import START_BIAS
 from seq2seq.model.masks import pad_from_ids
 
 __all__ = ["ModelAttention", "Seq2SeqTransformer", "build_model"]
@@ -69,6 +71,7 @@ class Seq2SeqTransformer(nn.Module):
         window: int = 16,
         block_size: int = 8,
         prev_blocks: int = 1,
+        start_is_eos: bool = False,
         weights_follow: bool = False,
     ) -> None:
         super().__init__()
@@ -127,8 +130,10 @@ class Seq2SeqTransformer(nn.Module):
             window=window,
             block_size=block_size,
             prev_blocks=prev_blocks,
+            start_is_eos=start_is_eos,
             **common,
         )
+        self.start_is_eos = start_is_eos
         if tie_output and weights_follow:  # a (V, D) weight drawn only to be dropped: none
             with torch.device("meta"):
                 self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
@@ -167,10 +172,17 @@ class Seq2SeqTransformer(nn.Module):
         return hidden
 
     def project(self, hidden: Tensor) -> Tensor:
-        """Hidden states (..., D) -> vocabulary logits (..., V)."""
+        """Hidden states (..., D) -> vocabulary logits (..., V).
+
+        With ``start_is_eos`` the start id's logit is :data:`~seq2seq.model.marian.START_BIAS`
+        alone (written in place: the ``<s>`` row, which the decoder no longer reads, takes no
+        gradient from the output either, and is never generated).
+        """
         logits = self.output_proj(hidden)
         if self.final_logits_bias is not None:
             logits = logits + self.final_logits_bias
+        if self.start_is_eos:
+            logits[..., BOS_ID] = START_BIAS  # (a fresh tensor: autograd needs none of it)
         return logits
 
     def forward(self, src_ids: Tensor, tgt_in: Tensor) -> Tensor:
@@ -308,4 +320,5 @@ def build_model(
         window=cfg.window,
         block_size=cfg.block_size,
         prev_blocks=cfg.prev_blocks,
+        start_is_eos=cfg.start_is_eos,
     )

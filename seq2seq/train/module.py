@@ -325,7 +325,8 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         hidden, target = hidden[keep], tgt_out[keep]  # (N, D), (N,)
         epsilon = self.cfg.training.label_smoothing
         dtype = _fused_loss_dtype(hidden)
-        if dtype is not None and self.model.final_logits_bias is None:  # fused: no bias term
+        plain = self.model.final_logits_bias is None and not self.model.start_is_eos
+        if dtype is not None and plain:  # fused: no bias term, no fixed start logit (project)
             # Chunked projection + loss: the (N, V) logits never exist at once (loss.py); in
             # bf16 mixed precision its multiplies run in bf16, the softmax in float32.
             return projected_label_smoothed_nll(
