@@ -288,10 +288,10 @@ def test_hf_export_keeps_nllb_legacy_behaviour(request, tmp_path):
 def test_hf_export_checks_itself(request, tmp_path, monkeypatch):
     """The export loads its folder with transformers and compares log-probabilities on a
     probe: a folder that says gelu where the model uses ReLU is refused, nothing written."""
-    import seq2seq.export.hf_m2m100 as hf_m2m100
+    import seq2seq.export.format as export_format
     from seq2seq.export import ExportError, export_model
 
-    monkeypatch.setitem(hf_m2m100._ACTIVATION, "relu", "gelu")
+    monkeypatch.setitem(export_format.HF_ACTIVATIONS, "relu", "gelu")
     with pytest.raises(ExportError, match="does not reproduce the model"):
         export_model(request.getfixturevalue("nllb")[1], tmp_path / "out", fmt="hf")
     assert list(tmp_path.iterdir()) == []

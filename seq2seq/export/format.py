@@ -41,7 +41,9 @@ __all__ = [
     "EXPORT_FILE",
     "EXPORT_FORMAT",
     "EXPORT_VERSION",
+    "HF_ACTIVATIONS",
     "ExportError",
+    "bart_family_fields",
     "check_out",
     "copy_common",
     "describe",
@@ -289,3 +291,29 @@ def describe(out_dir: Path) -> str:
     """One line about an export folder, for the CLI."""
     size = sum(p.stat().st_size for p in out_dir.iterdir() if p.is_file())
     return f"wrote {out_dir} ({size / 1e6:.1f} MB)"
+
+
+HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "swish"}
+"""Our ``model.activation`` -> the ``activation_function`` of a BART-family Hugging Face config
+(MarianMT, M2M100)."""
+
+
+def bart_family_fields(m) -> dict:
+    """The ``config.json`` fields that MarianMT and M2M100 name alike, from our ``ModelConfig``
+    ``m``: sizes, activation, positions, embedding scale and dropouts (the exporters add their
+    own ids, vocabularies and tying)."""
+    return dict(
+        d_model=m.d_model,
+        encoder_layers=m.n_encoder_layers,
+        decoder_layers=m.n_decoder_layers,
+        encoder_attention_heads=m.n_heads,
+        decoder_attention_heads=m.n_heads,
+        encoder_ffn_dim=m.d_ff,
+        decoder_ffn_dim=m.d_ff,
+        activation_function=HF_ACTIVATIONS[m.activation],
+        max_position_embeddings=m.max_positions,
+        scale_embedding=m.scale_embeddings,
+        dropout=m.dropout,
+        attention_dropout=m.attention_dropout,
+        activation_dropout=m.activation_dropout,
+    )

@@ -29,7 +29,14 @@ import shutil
 from pathlib import Path
 
 from seq2seq.core import atomic_dir, atomic_open
-from seq2seq.export.format import ExportError, check_out, require, side_pieces, side_spm
+from seq2seq.export.format import (
+    ExportError,
+    bart_family_fields,
+    check_out,
+    require,
+    side_pieces,
+    side_spm,
+)
 from seq2seq.export.hf_m2m100 import export_hf_m2m100, is_m2m100_dir
 from seq2seq.model import (
     layout_of,
@@ -40,8 +47,6 @@ from seq2seq.model import (
 )
 
 __all__ = ["check_hf_support", "export_hf"]
-
-_MARIAN_ACTIVATION = {"swish": "swish", "gelu": "gelu", "relu": "relu"}
 
 
 def check_hf_support(cfg_model, where: str) -> None:
@@ -133,19 +138,7 @@ def export_hf(model_dir: str | Path, out_dir: str | Path, *, force: bool = False
     config = MarianConfig(
         vocab_size=n,
         decoder_vocab_size=n_tgt,
-        d_model=m.d_model,
-        encoder_layers=m.n_encoder_layers,
-        decoder_layers=m.n_decoder_layers,
-        encoder_attention_heads=m.n_heads,
-        decoder_attention_heads=m.n_heads,
-        encoder_ffn_dim=m.d_ff,
-        decoder_ffn_dim=m.d_ff,
-        activation_function=_MARIAN_ACTIVATION[m.activation],
-        max_position_embeddings=m.max_positions,
-        scale_embedding=m.scale_embeddings,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        activation_dropout=m.activation_dropout,
+        **bart_family_fields(m),
         pad_token_id=pad,
         eos_token_id=0,
         decoder_start_token_id=pad,

@@ -41,7 +41,13 @@ from seq2seq.data import (
     read_languages,
     read_vocab_map,
 )
-from seq2seq.export.format import ExportError, check_out, require
+from seq2seq.export.format import (
+    HF_ACTIVATIONS,
+    ExportError,
+    bart_family_fields,
+    check_out,
+    require,
+)
 from seq2seq.export.probe import check_reproduced, probe_ids
 from seq2seq.model import (
     M2M100_CODES,
@@ -55,7 +61,6 @@ from seq2seq.model import (
 __all__ = ["check_m2m100_support", "export_hf_m2m100", "is_m2m100_dir"]
 
 _SPECIALS = {"bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "pad_token": "<pad>"}
-_ACTIVATION = {"relu": "relu", "gelu": "gelu", "swish": "swish"}
 
 
 def is_m2m100_dir(model_dir: Path) -> bool:
@@ -87,7 +92,7 @@ def check_m2m100_support(cfg_model, where: str) -> None:
             f"model.decoder_mask: {cfg_model.decoder_mask}; M2M100's decoder mask is causal",
         ),
         (
-            cfg_model.activation not in _ACTIVATION,
+            cfg_model.activation not in HF_ACTIVATIONS,
             f"model.activation: {cfg_model.activation}",
         ),
     ]
@@ -179,19 +184,7 @@ def export_hf_m2m100(model_dir: Path, out_dir: Path, *, force: bool = False) -> 
     ids = {"pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2, "decoder_start_token_id": 2}
     config = M2M100Config(
         vocab_size=rows,
-        d_model=m.d_model,
-        encoder_layers=m.n_encoder_layers,
-        decoder_layers=m.n_decoder_layers,
-        encoder_attention_heads=m.n_heads,
-        decoder_attention_heads=m.n_heads,
-        encoder_ffn_dim=m.d_ff,
-        decoder_ffn_dim=m.d_ff,
-        activation_function=_ACTIVATION[m.activation],
-        max_position_embeddings=m.max_positions,
-        scale_embedding=m.scale_embeddings,
-        dropout=m.dropout,
-        attention_dropout=m.attention_dropout,
-        activation_dropout=m.activation_dropout,
+        **bart_family_fields(m),
         encoder_layerdrop=0.0,
         decoder_layerdrop=0.0,
         tie_word_embeddings=True,
