@@ -85,6 +85,20 @@ def _padded_spm(root: Path, work: Path, pieces: int) -> Path:
     return path
 
 
+def layer_sizes(size: dict) -> dict:
+    """A BART-family config's size fields (MarianConfig, M2M100Config) from a :data:`SHAPES`
+    entry: d_model, layers and heads on both sides, ffn."""
+    return dict(
+        d_model=size["d_model"],
+        encoder_layers=size["layers"],
+        decoder_layers=size["layers"],
+        encoder_attention_heads=size["heads"],
+        decoder_attention_heads=size["heads"],
+        encoder_ffn_dim=size["ffn"],
+        decoder_ffn_dim=size["ffn"],
+    )
+
+
 def build_m2m100(root: Path, out: Path, size: dict) -> None:
     """A random ``M2M100ForConditionalGeneration`` folder of ``size`` (d_model, layers, heads,
     ffn, rows) with an NLLB tokenizer that holds NLLB-200's 202 language codes, its
@@ -112,13 +126,7 @@ def build_m2m100(root: Path, out: Path, size: dict) -> None:
     (out / "sentencepiece.bpe.model").unlink()  # the tokenizer.json holds it all
     config = M2M100Config(
         vocab_size=size["rows"],
-        d_model=size["d_model"],
-        encoder_layers=size["layers"],
-        decoder_layers=size["layers"],
-        encoder_attention_heads=size["heads"],
-        decoder_attention_heads=size["heads"],
-        encoder_ffn_dim=size["ffn"],
-        decoder_ffn_dim=size["ffn"],
+        **layer_sizes(size),
         activation_function="relu",
         max_position_embeddings=1024,
         scale_embedding=True,
@@ -177,13 +185,7 @@ def build_hf_model(root: Path, out: Path, shape: str = "opus") -> None:
     config = MarianConfig(
         vocab_size=rows,
         decoder_vocab_size=rows,
-        d_model=size["d_model"],
-        encoder_layers=size["layers"],
-        decoder_layers=size["layers"],
-        encoder_attention_heads=size["heads"],
-        decoder_attention_heads=size["heads"],
-        encoder_ffn_dim=size["ffn"],
-        decoder_ffn_dim=size["ffn"],
+        **layer_sizes(size),
         activation_function=size["activation"],
         max_position_embeddings=512,
         pad_token_id=rows - 1,

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from needs import mirror, run
-from pretrained import _lines, _padded_spm, _peak_rss_mib, build_m2m100
+from pretrained import _lines, _padded_spm, _peak_rss_mib, build_m2m100, layer_sizes
 
 ROWS = 256_206  # NLLB-200's embedding rows (its tokenizer has 256,204 ids)
 SHAPE = dict(d_model=1024, layers=12, heads=16, ffn=4096)
@@ -64,13 +64,7 @@ def build_marian(root: Path, out: Path) -> None:
     config = MarianConfig(
         vocab_size=ROWS,
         decoder_vocab_size=ROWS,
-        d_model=SHAPE["d_model"],
-        encoder_layers=SHAPE["layers"],
-        decoder_layers=SHAPE["layers"],
-        encoder_attention_heads=SHAPE["heads"],
-        decoder_attention_heads=SHAPE["heads"],
-        encoder_ffn_dim=SHAPE["ffn"],
-        decoder_ffn_dim=SHAPE["ffn"],
+        **layer_sizes(SHAPE),
         activation_function="relu",
         max_position_embeddings=1024,
         pad_token_id=ROWS - 1,
