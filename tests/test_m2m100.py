@@ -499,6 +499,29 @@ def test_bad_folders_are_one_line_and_write_nothing(how, m2m100, tmp_path):
     assert not out.exists()
 
 
+def fine_tune(model_dir, root, mirror, *, sizes, steps, max_tokens, extra=()):
+    """``seq2seq train --init-from MODEL_DIR`` en-de for ``steps`` updates on the first
+    ``sizes`` = (train, val) Multi30K lines, written under ``root``; returns the run folder."""
+    data = root / "data"
+    data.mkdir()
+    for split, n in zip(("train", "val"), sizes):
+        for lang in ("en", "de"):
+            lines = _lines(mirror, split, lang, n)
+            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = root / "ft"
+    _run(
+        "train", "--init-from", str(model_dir), "--out", str(run),
+        "data.corpus=files", "data.pair=en-de",
+        f"data.train_prefix={data}/train", f"data.valid_prefix={data}/val",
+        f"data.max_tokens={max_tokens}", f"training.max_steps={steps}",
+        f"training.val_every_steps={steps}", "training.warmup_steps=1",
+        "training.accelerator=cpu", "training.devices=1", "training.threads=1",
+        "training.keep_last=1", "training.average_last=1", "training.val_method=greedy",
+        *extra,
+    )  # fmt: skip
+    return run
+
+
 @pytest.mark.slow
 def test_fine_tune_carries_the_language_tokens(m2m100, tmp_path, mirror):
     """``train --init-from`` a converted model: each training pair is ``[src_lang] pieces``
@@ -508,22 +531,7 @@ def test_fine_tune_carries_the_language_tokens(m2m100, tmp_path, mirror):
     from seq2seq.decode import Translator
 
     _, model_dir, _, _ = m2m100
-    data = tmp_path / "data"
-    data.mkdir()
-    for split, n in (("train", 40), ("val", 6)):
-        for lang in ("en", "de"):
-            lines = _lines(mirror, split, lang, n)
-            (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    run = tmp_path / "ft"
-    _run(
-        "train", "--init-from", str(model_dir), "--out", str(run),
-        "data.corpus=files", "data.pair=en-de",
-        f"data.train_prefix={data}/train", f"data.valid_prefix={data}/val",
-        "data.max_tokens=300", "training.max_steps=2", "training.val_every_steps=2",
-        "training.warmup_steps=1", "training.accelerator=cpu", "training.devices=1",
-        "training.threads=1", "training.keep_last=1", "training.average_last=1",
-        "training.val_method=greedy",
-    )  # fmt: skip
+    run = fine_tune(model_dir, tmp_path, mirror, sizes=(40, 6), steps=2, max_tokens=300)
     for name in ("languages.json", "sentencepiece.bpe.model", "m2m100_vocab.json"):
         assert (run / name).read_bytes() == (model_dir / name).read_bytes()
     translator = Translator.load(run)

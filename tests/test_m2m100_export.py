@@ -30,6 +30,7 @@ from test_m2m100 import (  # noqa: F401 (m2m100, nllb: the fixtures)
     _ours,
     _run,
     _token,
+    fine_tune,
     m2m100,
     nllb,
 )
@@ -334,23 +335,10 @@ def _finetuned(family, request, tmp_path_factory, mirror):
     if family not in _FINETUNED:
         _, model_dir, _, _ = request.getfixturevalue(family)
         root = tmp_path_factory.mktemp(f"{family}_ft")
-        data = root / "data"
-        data.mkdir()
-        for split, n in (("train", 48), ("val", 4)):
-            for lang in ("en", "de"):
-                lines = _lines(mirror, split, lang, n)
-                (data / f"{split}.{lang}").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        run = root / "ft"
-        _run(
-            "train", "--init-from", str(model_dir), "--out", str(run),
-            "data.corpus=files", "data.pair=en-de",
-            f"data.train_prefix={data}/train", f"data.valid_prefix={data}/val",
-            "data.max_tokens=400", "training.max_steps=5", "training.val_every_steps=5",
-            "training.lr=0.002", "training.warmup_steps=1", "training.accelerator=cpu",
-            "training.devices=1", "training.threads=1", "training.keep_last=1",
-            "training.average_last=1", "training.val_method=greedy",
+        _FINETUNED[family] = fine_tune(
+            model_dir, root, mirror, sizes=(48, 4), steps=5, max_tokens=400,
+            extra=("training.lr=0.002",),
         )  # fmt: skip
-        _FINETUNED[family] = run
     return _FINETUNED[family]
 
 
