@@ -32,7 +32,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from seq2seq.core import UserError, sha256_files
+from seq2seq.core import UserError
+from seq2seq.data.piece_table import PieceTable, load_spm
 
 __all__ = [
     "LANGUAGES_FILE",
@@ -96,7 +97,7 @@ def _read_meta(path: Path) -> dict:
     return meta
 
 
-class LanguageTokenizer:
+class LanguageTokenizer(PieceTable):
     """The tokenizer of a converted M2M100/NLLB model (the interface of
     :class:`seq2seq.data.tokenizer.Tokenizer`, plus the language tokens).
 
@@ -128,9 +129,7 @@ class LanguageTokenizer:
         """
         directory = Path(directory)
         self.files = [directory / n for n in language_files(directory)]
-        missing = [str(p) for p in self.files if not p.is_file()]
-        if missing:
-            raise UserError(f"tokenizer file not found: {', '.join(missing)}")
+        self._check_files()
         meta = _read_meta(self.files[0])
         self.family = meta["family"]
         self.legacy = bool(meta.get("legacy_behaviour", False))
@@ -142,7 +141,7 @@ class LanguageTokenizer:
         if self.family == "m2m100":
             from seq2seq.data.vocab_map import read_vocab_map
 
-            self._sp = _load_spm(self.files[1])
+            self._sp = load_spm(self.files[1])
             folder = read_vocab_map(self.files[2])
             self._tk = None
         else:
@@ -165,7 +164,7 @@ class LanguageTokenizer:
         for i, p in enumerate(pieces):
             if not p:
                 pieces[i] = f"madeupword{i:04d}"  # rows no tokenizer id names (fairseq's)
-        self._pieces = pieces
+        self._pieces = self._tgt_pieces = pieces  # one vocabulary for both sides
         self._dropped = frozenset(
             [special_ids[k] for k in ("pad", "bos", "eos", "unk")]
             + [self._rows]
@@ -174,23 +173,6 @@ class LanguageTokenizer:
         literal = {p: our_id(i, self._rows) for i, p in enumerate(_FOLDER_SPECIALS)}
         self._literals = literal
         self._split = re.compile("(" + "|".join(map(re.escape, literal)) + ")")
-        self._fingerprint: str | None = None
-
-    # ---- sizes and pieces ---------------------------------------------------------------
-
-    @property
-    def src_vocab_size(self) -> int:
-        """Rows of the model (the folder's, plus our start row)."""
-        return len(self._pieces)
-
-    @property
-    def tgt_vocab_size(self) -> int:
-        """The same as :attr:`src_vocab_size` (one shared vocabulary)."""
-        return len(self._pieces)
-
-    def pieces(self, side: str = "src") -> list[str]:
-        """Every piece in our id order (both sides share them)."""
-        return list(self._pieces)
 
     # ---- languages ----------------------------------------------------------------------
 
@@ -254,16 +236,6 @@ class LanguageTokenizer:
         """The source pieces of one sentence (plot labels)."""
         return [self._pieces[i] for i in self._encode_one(text)]
 
-    def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
-        """The target piece of each id, specials included."""
-        return [self._pieces[int(i)] for i in ids]
-
-    def fingerprint(self) -> str:
-        """sha256 over the files: two tokenizers encode alike iff this is equal."""
-        if self._fingerprint is None:
-            self._fingerprint = sha256_files(self.files)
-        return self._fingerprint
-
     def __repr__(self) -> str:
         return (
             f"LanguageTokenizer({self.family}, vocab_size={len(self._pieces)}, "
@@ -273,13 +245,6 @@ class LanguageTokenizer:
 
 def _lang_token(family: str, code: str) -> str:
     return f"__{code}__" if family == "m2m100" else code
-
-
-def _load_spm(path: Path) -> spm.SentencePieceProcessor:
-    try:
-        return spm.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as e:
-        raise UserError(f"{path} is not a SentencePiece model ({e})") from None
 
 
 def _load_tokenizers(path: Path):

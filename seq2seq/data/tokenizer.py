@@ -22,6 +22,7 @@ import sentencepiece as spm
 
 from seq2seq.core import UserError, atomic_open, sha256_file, sha256_files
 from seq2seq.data.lang_tokens import LANGUAGES_FILE, LanguageTokenizer, language_files
+from seq2seq.data.piece_table import load_spm
 from seq2seq.data.vocab_map import (
     TARGET_VOCAB_FILE,
     VOCAB_FILE,
@@ -376,10 +377,7 @@ def _encode(sp: spm.SentencePieceProcessor, texts: list[str] | str, out_type: ty
 
 
 def _load_processor(path: Path) -> spm.SentencePieceProcessor:
-    try:
-        sp = spm.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as e:
-        raise UserError(f"{path} is not a SentencePiece model ({e})") from None
+    sp = load_spm(path)
     expected = {"pad": PAD_ID, "unk": UNK_ID, "bos": BOS_ID, "eos": EOS_ID}
     actual = {"pad": sp.pad_id(), "unk": sp.unk_id(), "bos": sp.bos_id(), "eos": sp.eos_id()}
     if actual != expected:

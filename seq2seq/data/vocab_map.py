@@ -34,7 +34,8 @@ from pathlib import Path
 
 import sentencepiece as spm
 
-from seq2seq.core import UserError, atomic_open, sha256_file, sha256_files
+from seq2seq.core import UserError, atomic_open, sha256_file
+from seq2seq.data.piece_table import PieceTable, load_spm
 
 __all__ = [
     "TARGET_VOCAB_FILE",
@@ -68,13 +69,6 @@ def read_vocab_map(path: str | Path) -> dict[str, int]:
     return data
 
 
-def _load_spm(path: Path) -> spm.SentencePieceProcessor:
-    try:
-        return spm.SentencePieceProcessor(model_file=str(path))
-    except (OSError, RuntimeError) as e:
-        raise UserError(f"{path} is not a SentencePiece model ({e})") from None
-
-
 def _language_code(text: str) -> tuple[list[str], str]:
     """Split a leading ``>>xx<<`` off ``text``, as MarianTokenizer does."""
     if text.startswith(">>"):
@@ -95,7 +89,7 @@ def _in_id_order(ids: dict[str, int], specials: dict[int, str], path: Path) -> l
     return pieces
 
 
-class VocabMapTokenizer:
+class VocabMapTokenizer(PieceTable):
     """Source and target SentencePiece models with a piece -> id map: one shared by both sides,
     or one for each side (separate vocabularies).
 
@@ -142,13 +136,11 @@ class VocabMapTokenizer:
         """
         files = [Path(src_model), Path(tgt_model), Path(vocab)]
         files += [Path(tgt_vocab)] if tgt_vocab is not None else []
-        missing = [str(p) for p in files if not p.is_file()]
-        if missing:
-            raise UserError(f"tokenizer file not found: {', '.join(missing)}")
         self.files = files
+        self._check_files()
         self.separate = tgt_vocab is not None
-        self._src = _load_spm(files[0])
-        self._tgt = _load_spm(files[1])
+        self._src = load_spm(files[0])
+        self._tgt = load_spm(files[1])
         self._ids = read_vocab_map(files[2])
         self._tgt_ids = read_vocab_map(files[3]) if self.separate else self._ids
         self._unk = unk_id
@@ -165,21 +157,6 @@ class VocabMapTokenizer:
         )
         # MarianTokenizer decodes with the source model when the vocabulary is shared
         self._decoder = self._tgt if self.separate else self._src
-        self._fingerprint: str | None = None
-
-    @property
-    def src_vocab_size(self) -> int:
-        """Source vocabulary size (specials included)."""
-        return len(self._pieces)
-
-    @property
-    def tgt_vocab_size(self) -> int:
-        """Target vocabulary size (the source's, unless the vocabularies are separate)."""
-        return len(self._tgt_pieces)
-
-    def pieces(self, side: str = "src") -> list[str]:
-        """Every piece of one side (``src`` or ``tgt``), in id order (an export's vocabulary)."""
-        return list(self._tgt_pieces if side == "tgt" else self._pieces)
 
     def _pieces_of(self, sp: spm.SentencePieceProcessor, text: str) -> list[str | int]:
         """The pieces of ``text``, with each literal special token as its id."""
@@ -231,16 +208,6 @@ class VocabMapTokenizer:
         return [
             p if isinstance(p, str) else self._pieces[p] for p in self._pieces_of(self._src, text)
         ]
-
-    def tgt_pieces(self, ids: Sequence[int]) -> list[str]:
-        """The target piece of each id, specials included."""
-        return [self._tgt_pieces[int(i)] for i in ids]
-
-    def fingerprint(self) -> str:
-        """sha256 over the files: two tokenizers encode alike iff this is equal."""
-        if self._fingerprint is None:
-            self._fingerprint = sha256_files(self.files)
-        return self._fingerprint
 
     def __repr__(self) -> str:
         return (
