@@ -32,9 +32,10 @@ def load_spm(path: Path) -> spm.SentencePieceProcessor:
 class PieceTable:
     """The part of a tokenizer that follows from its piece tables and files.
 
-    A subclass sets ``files`` (the tokenizer files, hashed by :meth:`fingerprint`),
-    ``_pieces`` (the source side's pieces in id order) and ``_tgt_pieces`` (the target
-    side's: the same list when the vocabulary is shared), then calls nothing more.
+    A subclass sets ``files`` (the tokenizer files, hashed by :meth:`fingerprint`; it calls
+    :meth:`_check_files` before reading them), ``_pieces`` (the source side's pieces in id
+    order) and ``_tgt_pieces`` (the target side's: the same list when the vocabulary is
+    shared).
     """
 
     files: list[Path]
