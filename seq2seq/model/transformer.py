@@ -133,7 +133,6 @@ class Seq2SeqTransformer(nn.Module):
             start_is_eos=start_is_eos,
             **common,
         )
-        self.start_is_eos = start_is_eos
         if tie_output and weights_follow:  # a (V, D) weight drawn only to be dropped: none
             with torch.device("meta"):
                 self.output_proj = nn.Linear(d_model, tgt_vocab_size, bias=False)
@@ -170,6 +169,12 @@ class Seq2SeqTransformer(nn.Module):
         """Teacher-forced decoder: (B, T) target inputs -> hidden states (B, T, D)."""
         hidden, _, _ = self.decoder(tgt_in, self.decoder.memory_kv(memory), src_pad)
         return hidden
+
+    @property
+    def start_is_eos(self) -> bool:
+        """Whether the start id reads the ``</s>`` row (``model.start_is_eos``): the decoder's
+        flag, so that the embedding and the projection's fixed start logit follow one setting."""
+        return self.decoder.start_is_eos
 
     def project(self, hidden: Tensor) -> Tensor:
         """Hidden states (..., D) -> vocabulary logits (..., V).
