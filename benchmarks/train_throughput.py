@@ -11,6 +11,7 @@ over Multi30K en+de, tied embeddings, 4,096-token batches, float32, 2 CPU thread
     python benchmarks/train_throughput.py --shape tiny            # Transformer-Tiny vs plain
     python benchmarks/train_throughput.py --shape demo --impls ours,ours-bf16   # bf16 vs fp32
     python benchmarks/train_throughput.py --shape demo --impls ours,ours-rdrop,ours-simcut
+    python benchmarks/train_throughput.py --shape tiny --impls ours-bf16,ours-bf16-rdrop
     python benchmarks/train_throughput.py --shape demo \
         --impls ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off  # seq2seq.model.shape_buckets
 
@@ -104,10 +105,12 @@ IMPLS = {
     # consistency regularisation (docs/training.md): two passes per update
     "ours-rdrop": "fp32, R-Drop (training.rdrop_alpha=5)",
     "ours-simcut": "fp32, SimCut (rdrop_alpha=3, rdrop_cutoff=0.05)",
+    "ours-bf16-rdrop": "bf16-mixed, R-Drop (training.rdrop_alpha=5)",
 }
 REGULARISERS = {
     "ours-rdrop": ["training.rdrop_alpha=5"],
     "ours-simcut": ["training.rdrop_alpha=3", "training.rdrop_cutoff=0.05"],
+    "ours-bf16-rdrop": ["training.rdrop_alpha=5"],
 }
 LEVERS = {"ours-bf16-rows": {"rows"}, "ours-bf16-attn": {"attention"}, "ours-bf16-off": set()}
 

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from seq2seq.model.loss import (
     LossOutput,
-    _ProjectedSmoothedNLL,
+    _ProjectedLoss,
     label_smoothed_nll,
     projected_label_smoothed_nll,
 )
@@ -181,7 +181,7 @@ def test_projected_loss_general_gradient_passes_gradcheck() -> None:
     per_token = torch.linspace(0.5, 2.0, 9, dtype=torch.float64)
 
     def weighted(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        loss, nll = _ProjectedSmoothedNLL.apply(h, w, target, 0.2, 4)
+        loss, nll = _ProjectedLoss.apply(w, target, 0.2, 0.0, 4, None, h)
         return (per_token * loss).sum() + 0.3 * nll.sum()
 
     def uniform(h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

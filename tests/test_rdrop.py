@@ -16,7 +16,12 @@ from seq2seq.config.loading import load_config
 from seq2seq.data import PAD_ID
 from seq2seq.model.cutoff import token_cutoff
 from seq2seq.model.layers import TokenEmbedding
-from seq2seq.model.loss import label_smoothed_nll, rdrop_loss
+from seq2seq.model.loss import (
+    _ProjectedLoss,
+    label_smoothed_nll,
+    projected_rdrop_loss,
+    rdrop_loss,
+)
 from seq2seq.train.module import TranslationModule
 
 
@@ -234,3 +239,80 @@ def test_rdrop_passes_gradcheck():
         return rdrop_loss(x, y, target, epsilon=0.1, alpha=2.0, ignore_index=PAD_ID).loss
 
     assert torch.autograd.gradcheck(loss, (a, b))
+
+
+def _projected_case(seed: int, n: int = 21, d: int = 6, v: int = 13):
+    gen = torch.Generator().manual_seed(seed)
+    h1 = torch.randn(n, d, generator=gen, dtype=torch.float64)
+    h2 = h1 + 0.5 * torch.randn(n, d, generator=gen, dtype=torch.float64)  # a second "pass"
+    weight = torch.randn(v, d, generator=gen, dtype=torch.float64)
+    target = torch.randint(1, v, (n,), generator=gen)
+    return h1, h2, weight, target
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 4, 21, 64])
+@pytest.mark.parametrize(("alpha", "eps"), [(0.0, 0.1), (0.5, 0.0), (5.0, 0.1)])
+def test_projected_rdrop_equals_the_unfused_loss(chunk_rows, alpha, eps):
+    """Values and gradients of the chunked form equal logits -> rdrop_loss under autograd."""
+    h1, h2, weight, target = _projected_case(11)
+    fused = [x.clone().requires_grad_(True) for x in (h1, h2, weight)]
+    plain = [x.clone().requires_grad_(True) for x in (h1, h2, weight)]
+    ours = projected_rdrop_loss(*fused, target, epsilon=eps, alpha=alpha, chunk_rows=chunk_rows)
+    a, b, w = plain
+    ref = rdrop_loss(a @ w.t(), b @ w.t(), target, epsilon=eps, alpha=alpha, ignore_index=PAD_ID)
+    torch.testing.assert_close(ours.loss, ref.loss)
+    torch.testing.assert_close(ours.nll, ref.nll)
+    assert ours.n_tokens == ref.n_tokens == 21
+    (ours.loss / 21).backward()  # the training case: the gradient made in the forward
+    (ref.loss / 21).backward()
+    for got, want in zip(fused, plain):
+        torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_projected_rdrop_general_gradient_passes_gradcheck():
+    """Per-token weights and a differentiated NLL take the exact (recomputing) path."""
+    h1, h2, weight, target = _projected_case(12, n=7, d=4, v=6)
+    inputs = tuple(x.requires_grad_(True) for x in (h1, h2, weight))
+    per_token = torch.linspace(0.5, 2.0, 7, dtype=torch.float64)
+
+    def weighted(a, b, w):
+        loss, nll = _ProjectedLoss.apply(w, target, 0.2, 1.5, 3, None, a, b)
+        return (per_token * loss).sum() + 0.3 * nll.sum()
+
+    def uniform(a, b, w):
+        return projected_rdrop_loss(a, b, w, target, epsilon=0.2, alpha=1.5, chunk_rows=3).loss
+
+    assert torch.autograd.gradcheck(weighted, inputs)
+    assert torch.autograd.gradcheck(uniform, inputs)
+
+
+def test_projected_rdrop_in_bf16_is_close_to_float32():
+    """bf16 multiplies, float32 softmax and KL: near the float32 values and gradients."""
+    h1, h2, weight, target = (
+        x.float() if x.is_floating_point() else x for x in _projected_case(13, n=40, d=16, v=50)
+    )
+    got, want = [], []
+    for dtype, out in ((torch.bfloat16, got), (torch.float32, want)):
+        inputs = [x.clone().requires_grad_(True) for x in (h1, h2, weight)]
+        res = projected_rdrop_loss(*inputs, target, epsilon=0.1, alpha=1.0, compute_dtype=dtype)
+        res.loss.backward()
+        out.extend([res.loss.detach(), *(x.grad for x in inputs)])
+    assert got[0].dtype == torch.float32 and got[3].dtype == torch.float32  # master dtypes
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g.float(), w, rtol=0.05, atol=0.05 * float(w.abs().max()))
+
+
+def test_projected_rdrop_without_grad_and_empty():
+    h1, h2, weight, target = _projected_case(14)
+    with torch.no_grad():
+        out = projected_rdrop_loss(h1, h2, weight, target, epsilon=0.1, alpha=2.0)
+    ref = rdrop_loss(
+        h1 @ weight.t(), h2 @ weight.t(), target, epsilon=0.1, alpha=2.0, ignore_index=PAD_ID
+    )
+    torch.testing.assert_close(out.loss, ref.loss)
+    a, b = (x[:0].clone().requires_grad_(True) for x in (h1, h2))
+    w = weight.clone().requires_grad_(True)
+    empty = projected_rdrop_loss(a, b, w, target[:0], epsilon=0.1, alpha=2.0)
+    assert empty.n_tokens == 0 and empty.loss.item() == 0.0
+    empty.loss.backward()
+    assert torch.equal(w.grad, torch.zeros_like(w)) and a.grad.shape == (0, 6)

@@ -41,6 +41,7 @@ _HOMES = {
     "lengths_to_pad": "masks",
     "load_model_dir": "directory",
     "projected_label_smoothed_nll": "loss",
+    "projected_rdrop_loss": "loss",
     "rdrop_loss": "loss",
     "safetensors_bytes": "directory",
     "save_model_dir": "directory",

@@ -1,5 +1,6 @@
-"""Label-smoothed cross-entropy over the target vocabulary, padding ignored; on the CPU fused
-with the output projection, chunk by chunk (:func:`projected_label_smoothed_nll`)."""
+"""Label-smoothed cross-entropy over the target vocabulary, padding ignored, and R-Drop's
+two-pass loss; on the CPU fused with the output projection, chunk by chunk
+(:func:`projected_label_smoothed_nll`, :func:`projected_rdrop_loss`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ __all__ = [
     "LossOutput",
     "label_smoothed_nll",
     "projected_label_smoothed_nll",
+    "projected_rdrop_loss",
     "rdrop_loss",
     "target_log_probs",
 ]
@@ -218,95 +220,199 @@ def projected_label_smoothed_nll(
         compute_dtype: dtype of the multiplies (default: hidden's).
     """
     dtype = compute_dtype or hidden.dtype
-    loss, nll = _ProjectedSmoothedNLL.apply(hidden, weight, target, epsilon, chunk_rows, dtype)
+    loss, nll = _ProjectedLoss.apply(weight, target, epsilon, 0.0, chunk_rows, dtype, hidden)
     return LossOutput(loss=loss.sum(), nll=nll.sum(), n_tokens=int(target.numel()))
 
 
+def projected_rdrop_loss(
+    hidden1: Tensor,
+    hidden2: Tensor,
+    weight: Tensor,
+    target: Tensor,
+    *,
+    epsilon: float,
+    alpha: float,
+    chunk_rows: int = 512,
+    compute_dtype: torch.dtype | None = None,
+) -> LossOutput:
+    """``rdrop_loss(hidden1 @ weight.T, hidden2 @ weight.T, target)``, computed in chunks.
+
+    The two passes' projections, label-smoothed losses and symmetric KL run chunk by chunk
+    as in :func:`projected_label_smoothed_nll`, with the gradient of every term written in
+    closed form (:func:`_rdrop_logit_grads`): autograd through two (N, V) log-softmaxes, the
+    exponentials and the KL makes about ten passes over (N, V) tensors in memory, this makes
+    them on a chunk in cache.
+
+    Args:
+        hidden1: (N, D) the first pass' decoder states of the non-padding target positions.
+        hidden2: (N, D) the second pass' states of the same positions.
+        weight: (V, D) output projection (no bias).
+        target: (N,) gold ids, none of them padding.
+        epsilon: label smoothing.
+        alpha: weight of the KL term (:func:`rdrop_loss`).
+        chunk_rows: tokens per chunk.
+        compute_dtype: dtype of the multiplies (default: hidden1's).
+    """
+    dtype = compute_dtype or hidden1.dtype
+    loss, nll = _ProjectedLoss.apply(
+        weight, target, epsilon, alpha, chunk_rows, dtype, hidden1, hidden2
+    )
+    return LossOutput(loss=loss.sum(), nll=nll.sum(), n_tokens=int(target.numel()))
+
+
+def _rdrop_logit_grads(
+    log_probs: tuple[Tensor, Tensor],
+    t: Tensor,
+    epsilon: float,
+    alpha: float,
+    on_loss: Tensor | None,
+    on_nll: Tensor | None,
+    *,
+    want_grads: bool,
+) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor] | None]:
+    """Per-token (loss, nll) of :func:`rdrop_loss` and, if asked, its logits' gradients.
+
+    With lp_k the passes' (n, V) log-probabilities, p_k = exp(lp_k), d = lp1 - lp2 and
+    e_k = sum_v p_k d, the symmetric KL of a token is KL(p1||p2) + KL(p2||p1) = e1 - e2, and
+
+        d (e1 - e2) / d z1 = p1 (d - e1 + 1) - p2
+        d (e1 - e2) / d z2 = p2 (1 - d + e2) - p1
+
+    (z_k the logits); the label-smoothed terms differentiate as in :func:`_logit_grad_`.
+    ``on_loss``/``on_nll``: per-token weights of the gradient (None: 1 and 0). Consumes
+    ``log_probs`` (overwritten).
+    """
+    lp1, lp2 = log_probs
+    loss1, nll1 = _smoothed(lp1, t, epsilon)
+    loss2, nll2 = _smoothed(lp2, t, epsilon)
+    d = lp1 - lp2  # (n, V)
+    p1, p2 = lp1.exp_(), lp2.exp_()
+    e1 = torch.einsum("nv,nv->n", p1, d)  # KL(p1 || p2)
+    e2 = torch.einsum("nv,nv->n", p2, d)  # -KL(p2 || p1)
+    loss = 0.5 * (loss1 + loss2) + 0.25 * alpha * (e1 - e2)
+    nll = 0.5 * (nll1 + nll2)
+    if not want_grads:
+        return (loss, nll), None
+    n, vocab = p1.shape
+    # the weights: 0-dim, or (n, 1) per token
+    a = p1.new_tensor(1.0) if on_loss is None else on_loss.unsqueeze(1).to(p1.dtype)
+    c = p1.new_tensor(0.0) if on_nll is None else on_nll.unsqueeze(1).to(p1.dtype)
+    b = 0.25 * alpha * a  # the KL's weight
+    mean_weight, uniform = 0.5 * (a + c), 0.5 * epsilon / vocab * a
+    on_gold = (-0.5 * ((1.0 - epsilon) * a + c)).expand(n, 1)
+    # p1 (mean_weight + b (1 - e1) + b d) - b p2 - uniform, and the gold column's term
+    g1 = torch.addcmul(mean_weight + b * (1.0 - e1).unsqueeze(1), d, b).mul_(p1)
+    g1.addcmul_(p2, b, value=-1.0).sub_(uniform).scatter_add_(1, t.unsqueeze(1), on_gold)
+    # p2 (mean_weight + b (1 + e2) - b d) - b p1 - uniform
+    g2 = torch.addcmul(mean_weight + b * (1.0 + e2).unsqueeze(1), d, b, value=-1.0).mul_(p2)
+    g2.addcmul_(p1, b, value=-1.0).sub_(uniform).scatter_add_(1, t.unsqueeze(1), on_gold)
+    return (loss, nll), (g1, g2)
+
+
 def _chunks(
-    hidden: Tensor,
+    hiddens: tuple[Tensor, ...],
     weight: Tensor,
     target: Tensor,
     epsilon: float,
+    alpha: float,
     chunk_rows: int,
     *,
     losses: tuple[Tensor, Tensor] | None,
-    grads: tuple[Tensor, Tensor] | None,
+    grads: tuple[tuple[Tensor, ...], Tensor] | None,
     on_loss: Tensor | None = None,
     on_nll: Tensor | None = None,
 ) -> None:
-    """Project ``hidden`` chunk by chunk and fill what is given.
+    """Project the ``hiddens`` (one pass, or R-Drop's two) chunk by chunk and fill what is given.
 
-    ``hidden`` (N, D) and ``weight`` (V, D) are in the compute dtype. ``losses``: (loss, nll),
-    each (N,), receive the per-token values. ``grads``: (grad_h (N, D) in the compute dtype,
-    grad_w (V, D) zeroed, in any float dtype) receive the gradient weighted by
-    ``on_loss``/``on_nll`` (see :func:`_logit_grad_`).
+    ``hiddens`` (N, D) each and ``weight`` (V, D) are in the compute dtype. ``losses``:
+    (loss, nll), each (N,), receive the per-token values. ``grads``: (one grad_h (N, D) per
+    pass in the compute dtype, grad_w (V, D) zeroed, in any float dtype) receive the gradient
+    weighted by ``on_loss``/``on_nll`` (see :func:`_logit_grad_`).
     """
-    soft_dtype = torch.promote_types(hidden.dtype, torch.float32)
-    for start in range(0, hidden.size(0), chunk_rows):
-        end = min(start + chunk_rows, hidden.size(0))
-        h, t = hidden[start:end], target[start:end]
-        log_probs = (h @ weight.t()).log_softmax(dim=-1, dtype=soft_dtype)  # (n, V), in cache
+    soft_dtype = torch.promote_types(hiddens[0].dtype, torch.float32)
+    for start in range(0, target.size(0), chunk_rows):
+        end = min(start + chunk_rows, target.size(0))
+        hs, t = [h[start:end] for h in hiddens], target[start:end]
+        # (n, V) each, in cache
+        log_probs = [(h @ weight.t()).log_softmax(dim=-1, dtype=soft_dtype) for h in hs]
+        weights = (None, None) if on_loss is None else (on_loss[start:end], on_nll[start:end])
+        if len(hs) == 2:
+            values, logit_grads = _rdrop_logit_grads(
+                log_probs, t, epsilon, alpha, *weights, want_grads=grads is not None
+            )
+        else:
+            values = _smoothed(log_probs[0], t, epsilon) if losses is not None else None
+            logit_grads = None
+            if grads is not None:
+                logit_grads = (_logit_grad_(log_probs[0].exp_(), t, epsilon, *weights),)
         if losses is not None:
-            losses[0][start:end], losses[1][start:end] = _smoothed(log_probs, t, epsilon)
-        if grads is not None:
-            weights = (None, None) if on_loss is None else (on_loss[start:end], on_nll[start:end])
-            g = _logit_grad_(log_probs.exp_(), t, epsilon, *weights).to(hidden.dtype)
-            torch.mm(g, weight, out=grads[0][start:end])
+            losses[0][start:end], losses[1][start:end] = values
+        if grads is None:
+            continue
+        for h, g, grad_h in zip(hs, logit_grads, grads[0]):
+            g = g.to(h.dtype)
+            torch.mm(g, weight, out=grad_h[start:end])
             if grads[1].dtype == g.dtype:
                 grads[1].addmm_(g.t(), h)
             else:  # a bf16 product per chunk, summed in float32
                 grads[1].add_(torch.mm(g.t(), h))
 
 
-class _ProjectedSmoothedNLL(torch.autograd.Function):
-    """Chunked ``hidden @ weight.T`` -> per-token (loss, nll); see projected_label_smoothed_nll.
+class _ProjectedLoss(torch.autograd.Function):
+    """Chunked ``hidden @ weight.T`` -> per-token (loss, nll), for one pass (the label-smoothed
+    loss, :func:`projected_label_smoothed_nll`) or two (R-Drop, :func:`projected_rdrop_loss`).
 
     Computes in float32, float64 or bfloat16 (``compute_dtype``), whatever autocast says:
     the multiplies take the dtype they are given.
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, target, epsilon, chunk_rows, compute_dtype=None):
-        compute_dtype = compute_dtype or hidden.dtype
-        with torch.autocast(hidden.device.type, enabled=False):
-            h, w = hidden.to(compute_dtype), weight.to(compute_dtype)  # no-ops in float32
-            n = h.size(0)
-            if compute_dtype == torch.bfloat16 and h.device.type == "cpu":
+    def forward(ctx, weight, target, epsilon, alpha, chunk_rows, compute_dtype, *hiddens):
+        compute_dtype = compute_dtype or hiddens[0].dtype
+        with torch.autocast(hiddens[0].device.type, enabled=False):
+            hs, w = [h.to(compute_dtype) for h in hiddens], weight.to(compute_dtype)
+            n = target.size(0)
+            if compute_dtype == torch.bfloat16 and w.device.type == "cpu":
                 # Zero rows up to a bucket size, so the last chunk's shape is one of a few
                 # and oneDNN reuses its kernels (seq2seq.model.shape_buckets); dropped below.
                 extra = padded_rows(n) - n
-                h, target = F.pad(h, (0, 0, 0, extra)), F.pad(target, (0, extra))
+                hs, target = [F.pad(h, (0, 0, 0, extra)) for h in hs], F.pad(target, (0, extra))
             loss_dtype = torch.promote_types(compute_dtype, torch.float32)
-            rows = h.size(0)
-            losses = h.new_empty(rows, dtype=loss_dtype), h.new_empty(rows, dtype=loss_dtype)
+            rows = target.size(0)
+            losses = w.new_empty(rows, dtype=loss_dtype), w.new_empty(rows, dtype=loss_dtype)
             # The gradient of loss.sum(), computed while each chunk is in cache: used as is
             # when that (times a constant) is what the backward asks for.
             grads = None
-            if any(ctx.needs_input_grad[:2]):
-                grads = torch.empty_like(h), torch.zeros_like(weight)
-            _chunks(h, w, target, epsilon, chunk_rows, losses=losses, grads=grads)
-        ctx.save_for_backward(h, w, target, *(grads or (None, None)))
-        ctx.epsilon, ctx.chunk_rows, ctx.n = epsilon, chunk_rows, n
-        ctx.hidden_dtype, ctx.weight_dtype = hidden.dtype, weight.dtype
+            if any(ctx.needs_input_grad):
+                grads = tuple(torch.empty_like(h) for h in hs), torch.zeros_like(weight)
+            _chunks(tuple(hs), w, target, epsilon, alpha, chunk_rows, losses=losses, grads=grads)
+        saved = (*grads[0], grads[1]) if grads is not None else (None,) * (len(hs) + 1)
+        ctx.save_for_backward(w, target, *hs, *saved)
+        ctx.epsilon, ctx.alpha, ctx.chunk_rows, ctx.n = epsilon, alpha, chunk_rows, n
+        ctx.hidden_dtypes, ctx.weight_dtype = [h.dtype for h in hiddens], weight.dtype
         if rows > n:
             return losses[0][:n].clone(), losses[1][:n].clone()
         return losses
 
     @staticmethod
     def backward(ctx, grad_loss, grad_nll):
-        h, w, target, grad_h, grad_w = ctx.saved_tensors
-        n, extra = ctx.n, h.size(0) - ctx.n  # extra: the zero rows forward added
+        w, target, *rest = ctx.saved_tensors
+        passes = len(ctx.hidden_dtypes)
+        hs, grad_hs, grad_w = rest[:passes], rest[passes:-1], rest[-1]
+        n, extra = ctx.n, target.size(0) - ctx.n  # extra: the zero rows forward added
+        nones = (None,) * 5
         if n == 0:
-            return (torch.zeros_like(h, dtype=ctx.hidden_dtype),
-                    torch.zeros_like(w, dtype=ctx.weight_dtype), None, None, None, None)  # fmt: skip
+            zeros = [torch.zeros_like(h, dtype=dt) for h, dt in zip(hs, ctx.hidden_dtypes)]
+            return (torch.zeros_like(w, dtype=ctx.weight_dtype), *nones, *zeros)
         if not bool(grad_nll.any()) and bool((grad_loss == grad_loss[0]).all()):
             scale = grad_loss[0]
-            return ((grad_h[:n] * scale).to(ctx.hidden_dtype), grad_w * scale,
-                    None, None, None, None)  # fmt: skip
+            scaled = [(g[:n] * scale).to(dt) for g, dt in zip(grad_hs, ctx.hidden_dtypes)]
+            return (grad_w * scale, *nones, *scaled)
         # General case (per-token weights, or the NLL differentiated too): recompute exactly.
-        grads = torch.empty_like(h), torch.zeros_like(w, dtype=ctx.weight_dtype)
+        grads = tuple(torch.empty_like(h) for h in hs), torch.zeros_like(w, dtype=ctx.weight_dtype)
         _chunks(
-            h, w, target, ctx.epsilon, ctx.chunk_rows, losses=None, grads=grads,
+            tuple(hs), w, target, ctx.epsilon, ctx.alpha, ctx.chunk_rows, losses=None, grads=grads,
             on_loss=F.pad(grad_loss, (0, extra)), on_nll=F.pad(grad_nll, (0, extra)),
         )  # fmt: skip
-        return grads[0][:n].to(ctx.hidden_dtype), grads[1], None, None, None, None
+        grad_hs = [g[:n].to(dt) for g, dt in zip(grads[0], ctx.hidden_dtypes)]
+        return (grads[1], *nones, *grad_hs)

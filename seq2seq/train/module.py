@@ -43,6 +43,7 @@ from seq2seq.model import (
     build_model,
     label_smoothed_nll,
     projected_label_smoothed_nll,
+    projected_rdrop_loss,
     rdrop_loss,
     token_cutoff,
 )
@@ -298,42 +299,40 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         The output projection (D x V, the largest matmul) runs only on the non-padding
         target positions; on the CPU it is fused with the loss, chunk by chunk. With
         ``training.rdrop_alpha`` or ``training.rdrop_cutoff`` > 0, a training batch runs
-        through the model twice (:func:`seq2seq.model.loss.rdrop_loss`), the second time with
-        its token embeddings cut (:func:`seq2seq.model.cutoff.token_cutoff`); validation runs
-        once.
+        through the model twice (:func:`seq2seq.model.loss.rdrop_loss`, fused on the CPU as
+        :func:`~seq2seq.model.loss.projected_rdrop_loss`), the second time with its token
+        embeddings cut (:func:`seq2seq.model.cutoff.token_cutoff`); validation runs once.
         """
         tgt_in, tgt_out = tgt_ids[:, :-1], tgt_ids[:, 1:]  # (B, T) each
-        alpha, cutoff = self.cfg.training.rdrop_alpha, self.cfg.training.rdrop_cutoff
-        if (alpha > 0 or cutoff > 0) and self.training:
-            keep = tgt_out.ne(PAD_ID)  # (B, T)
-            passes = []
-            for p in (0.0, cutoff):  # two dropout masks: the generator moves on between them
-                with token_cutoff(self.model, p):  # the second pass cut (SimCut), if asked
-                    memory, src_pad = self.model.encode(src_ids)  # (B, S, D), (B, S)
-                    hidden = self.model.decode(tgt_in, memory, src_pad)  # (B, T, D)
-                passes.append(self.model.project(hidden[keep]))  # (N, V)
-            return rdrop_loss(
-                *passes,
-                tgt_out[keep],
-                epsilon=self.cfg.training.label_smoothing,
-                alpha=alpha,
-                ignore_index=PAD_ID,
-            )
-        memory, src_pad = self.model.encode(src_ids)  # (B, S, D), (B, S)
-        hidden = self.model.decode(tgt_in, memory, src_pad)  # (B, T, D)
         keep = tgt_out.ne(PAD_ID)  # (B, T)
-        hidden, target = hidden[keep], tgt_out[keep]  # (N, D), (N,)
-        epsilon = self.cfg.training.label_smoothing
-        dtype = _fused_loss_dtype(hidden)
+        target, epsilon = tgt_out[keep], self.cfg.training.label_smoothing  # (N,)
+        alpha, cutoff = self.cfg.training.rdrop_alpha, self.cfg.training.rdrop_cutoff
+        two_passes = (alpha > 0 or cutoff > 0) and self.training
+        hiddens = []
+        for p in (0.0, cutoff) if two_passes else (0.0,):
+            # R-Drop: two dropout masks (the generator moves on between them), the second
+            # pass cut (SimCut) if asked
+            with token_cutoff(self.model, p):
+                memory, src_pad = self.model.encode(src_ids)  # (B, S, D), (B, S)
+                hidden = self.model.decode(tgt_in, memory, src_pad)  # (B, T, D)
+            hiddens.append(hidden[keep])  # (N, D)
+        dtype = _fused_loss_dtype(hiddens[0])
         plain = self.model.final_logits_bias is None and not self.model.start_is_eos
+        weight = self.model.output_proj.weight
         if dtype is not None and plain:  # fused: no bias term, no fixed start logit (project)
             # Chunked projection + loss: the (N, V) logits never exist at once (loss.py); in
             # bf16 mixed precision its multiplies run in bf16, the softmax in float32.
+            if two_passes:
+                return projected_rdrop_loss(
+                    *hiddens, weight, target, epsilon=epsilon, alpha=alpha, compute_dtype=dtype
+                )
             return projected_label_smoothed_nll(
-                hidden, self.model.output_proj.weight, target, epsilon=epsilon, compute_dtype=dtype
+                hiddens[0], weight, target, epsilon=epsilon, compute_dtype=dtype
             )
-        logits = self.model.project(hidden)  # (N, V)
-        return label_smoothed_nll(logits, target, epsilon=epsilon, ignore_index=PAD_ID)
+        logits = [self.model.project(h) for h in hiddens]  # (N, V) each
+        if two_passes:
+            return rdrop_loss(*logits, target, epsilon=epsilon, alpha=alpha, ignore_index=PAD_ID)
+        return label_smoothed_nll(logits[0], target, epsilon=epsilon, ignore_index=PAD_ID)
 
     # ---- training ----------------------------------------------------------------------------
 
