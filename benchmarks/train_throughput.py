@@ -11,7 +11,8 @@ over Multi30K en+de, tied embeddings, 4,096-token batches, float32, 2 CPU thread
     python benchmarks/train_throughput.py --shape tiny            # Transformer-Tiny vs plain
     python benchmarks/train_throughput.py --shape demo --impls ours,ours-bf16   # bf16 vs fp32
     python benchmarks/train_throughput.py --shape demo --impls ours,ours-rdrop,ours-simcut
-    python benchmarks/train_throughput.py --shape tiny --impls ours-bf16,ours-bf16-rdrop
+    python benchmarks/train_throughput.py --shape tiny \
+        --impls ours-bf16,ours-bf16-rdrop,ours-bf16-rdrop-unfused   # R-Drop's cost, fused or not
     python benchmarks/train_throughput.py --shape demo \
         --impls ours,ours-bf16,ours-bf16-rows,ours-bf16-attn,ours-bf16-off  # seq2seq.model.shape_buckets
 
@@ -106,11 +107,16 @@ IMPLS = {
     "ours-rdrop": "fp32, R-Drop (training.rdrop_alpha=5)",
     "ours-simcut": "fp32, SimCut (rdrop_alpha=3, rdrop_cutoff=0.05)",
     "ours-bf16-rdrop": "bf16-mixed, R-Drop (training.rdrop_alpha=5)",
+    # the same with the loss unfused (full (N, V) logits, autograd through rdrop_loss)
+    "ours-rdrop-unfused": "fp32, R-Drop, loss unfused",
+    "ours-bf16-rdrop-unfused": "bf16-mixed, R-Drop, loss unfused",
 }
 REGULARISERS = {
     "ours-rdrop": ["training.rdrop_alpha=5"],
     "ours-simcut": ["training.rdrop_alpha=3", "training.rdrop_cutoff=0.05"],
     "ours-bf16-rdrop": ["training.rdrop_alpha=5"],
+    "ours-rdrop-unfused": ["training.rdrop_alpha=5"],
+    "ours-bf16-rdrop-unfused": ["training.rdrop_alpha=5"],
 }
 LEVERS = {"ours-bf16-rows": {"rows"}, "ours-bf16-attn": {"attention"}, "ours-bf16-off": set()}
 
@@ -198,9 +204,12 @@ def run_ours(steps: int, warmup: int, threads: int, mirror: str | None, shape: s
     import torch
 
     from seq2seq.model import shape_buckets
+    from seq2seq.train import module as module_code
     from seq2seq.train.module import TranslationModule
 
     torch.set_num_threads(threads)
+    if impl.endswith("-unfused"):  # the projection and loss as autograd graphs (loss.py)
+        module_code._fused_loss_dtype = lambda hidden: None
     if impl in LEVERS:
         shape_buckets.LEVERS.clear()
         shape_buckets.LEVERS.update(LEVERS[impl])
