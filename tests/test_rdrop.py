@@ -66,7 +66,7 @@ def test_rdrop_kl_term_is_zero_for_equal_passes_and_grows_with_alpha():
     assert float(high.loss) > float(low.loss)
 
 
-def _module(dropout: float, alpha: float, cutoff: float = 0.0) -> TranslationModule:
+def _module(dropout: float, alpha: float, cutoff: float = 0.0, start: int = 0) -> TranslationModule:
     cfg = load_config(
         None,
         [
@@ -78,6 +78,7 @@ def _module(dropout: float, alpha: float, cutoff: float = 0.0) -> TranslationMod
             f"model.dropout={dropout}",
             f"training.rdrop_alpha={alpha}",
             f"training.rdrop_cutoff={cutoff}",
+            f"training.rdrop_start={start}",
             "training.label_smoothing=0.1",
         ],
     )
@@ -316,3 +317,25 @@ def test_projected_rdrop_without_grad_and_empty():
     assert empty.n_tokens == 0 and empty.loss.item() == 0.0
     empty.loss.backward()
     assert torch.equal(w.grad, torch.zeros_like(w)) and a.grad.shape == (0, 6)
+
+
+def test_rdrop_start_runs_one_pass_before_it_and_two_from_it(monkeypatch):
+    src, tgt = _batch()
+    late = _module(dropout=0.3, alpha=1.0, start=3)
+    early = _module(dropout=0.3, alpha=1.0)
+    plain = _module(dropout=0.3, alpha=0.0)
+    for other in (early, plain):
+        other.model.load_state_dict(late.model.state_dict())
+    step = {"now": 2}
+    monkeypatch.setattr(TranslationModule, "global_step", property(lambda self: step["now"]))
+    for m in (late, early, plain):
+        m.train()
+
+    def loss(m):
+        torch.manual_seed(5)
+        return m.compute_loss(src, tgt).loss
+
+    torch.testing.assert_close(loss(late), loss(plain))  # update 2: one pass
+    assert not torch.allclose(loss(late), loss(early))
+    step["now"] = 3
+    torch.testing.assert_close(loss(late), loss(early))  # from update 3: the two passes

@@ -300,6 +300,10 @@ class TrainingConfig:
     term pulls a clean and a cut pass together. 0 = both passes differ by dropout only (R-Drop).
     Any value > 0 runs the two passes, even with ``rdrop_alpha`` 0 (then cutoff is data
     augmentation: the loss is the mean of the two passes' cross-entropies)."""
+    rdrop_start: int = 0
+    """The update at which the two passes (``rdrop_alpha``, ``rdrop_cutoff``) begin; before it
+    each batch runs once, at one pass's cost (0 = from the first update). A late start spends
+    the dearer updates where the model is near its plateau."""
     clip_norm: float = 0.0
     """Gradient clipping by global norm (0 = off)."""
     accumulate: int = 1
@@ -390,7 +394,7 @@ class TrainingConfig:
                 )
         at_least(prefix, self, 1, "num_nodes")
         positive(prefix, self, "eps")
-        at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha")
+        at_least(prefix, self, 0, "weight_decay", "clip_norm", "rdrop_alpha", "rdrop_start")
         fraction(prefix, self, "rdrop_cutoff")
         for value in self.tune_len_penalty:
             DecodingConfig.check_value("len_penalty", value, prefix=prefix + "tune_len_penalty: ")

@@ -110,6 +110,10 @@ def check_training_config(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"training.expected_step_s must be >= 0, got {t.expected_step_s}")
     if t.expected_step_s > 0 and t.max_steps < 1:
         raise ConfigError("training.expected_step_s needs training.max_steps (updates) to be set")
+    if t.rdrop_start > 0 and not (t.rdrop_alpha > 0 or t.rdrop_cutoff > 0):
+        raise ConfigError(
+            "training.rdrop_start needs training.rdrop_alpha or training.rdrop_cutoff above 0"
+        )
     if t.max_steps < 1 and t.max_epochs < 1 and t.max_time is None:
         raise ConfigError(
             "set a limit: training.max_steps, training.max_epochs or training.max_time"
@@ -301,13 +305,18 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         ``training.rdrop_alpha`` or ``training.rdrop_cutoff`` > 0, a training batch runs
         through the model twice (:func:`seq2seq.model.loss.rdrop_loss`, fused on the CPU as
         :func:`~seq2seq.model.loss.projected_rdrop_loss`), the second time with its token
-        embeddings cut (:func:`seq2seq.model.cutoff.token_cutoff`); validation runs once.
+        embeddings cut (:func:`seq2seq.model.cutoff.token_cutoff`), from update
+        ``training.rdrop_start`` on; validation runs once.
         """
         tgt_in, tgt_out = tgt_ids[:, :-1], tgt_ids[:, 1:]  # (B, T) each
         keep = tgt_out.ne(PAD_ID)  # (B, T)
         target, epsilon = tgt_out[keep], self.cfg.training.label_smoothing  # (N,)
         alpha, cutoff = self.cfg.training.rdrop_alpha, self.cfg.training.rdrop_cutoff
-        two_passes = (alpha > 0 or cutoff > 0) and self.training
+        two_passes = (
+            (alpha > 0 or cutoff > 0)
+            and self.training
+            and self.global_step >= self.cfg.training.rdrop_start
+        )
         hiddens = []
         for p in (0.0, cutoff) if two_passes else (0.0,):
             # R-Drop: two dropout masks (the generator moves on between them), the second

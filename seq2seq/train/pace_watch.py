@@ -13,7 +13,9 @@ with or without an expected pace: after ``deadline_after`` updates (100 at most,
 short run) the measured pace projects the end, and when the guard would stop the run before
 its last update PaceWatch says so once, with the update it would reach. A schedule that decays
 to its end at ``max_steps`` (``linear``, ``cosine``) then never reaches that end, so the line
-names the ``max_steps`` that fits.
+names the ``max_steps`` that fits. A run whose update cost changes partway
+(``training.rdrop_start``: one pass, then two) is judged a second time, ``deadline_after``
+updates into its dearer part, from that part's own pace.
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ class PaceWatch(pl.Callback):
         log: where the lines go (stderr).
         clock: seconds, monotonic (tests pass a fake one).
         time_left: the guard's seconds left for a trainer, or None (reads the Timer).
+        pace_changes_at: the update from which each update costs more (0 = none): the
+            deadline is judged again, from the pace measured after it.
     """
 
     def __init__(
@@ -77,6 +81,7 @@ class PaceWatch(pl.Callback):
         log: Callable[[str], None] = say,
         clock: Callable[[], float] = time.monotonic,
         time_left: Callable[[pl.Trainer], float | None] = time_guard_left,
+        pace_changes_at: int = 0,
     ) -> None:
         if expected_step_s < 0:
             raise ValueError("expected_step_s must be >= 0")
@@ -91,7 +96,9 @@ class PaceWatch(pl.Callback):
         self.warned = False
         self.deadline_judged = False
         self.deadline_missed = False
+        self.pace_changes_at = pace_changes_at
         self._start: tuple[float, int] | None = None
+        self._judge_from: tuple[float, int] | None = None  # where the deadline's pace starts
         self._timed = False  # a max_time Timer may end the run first
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -99,7 +106,7 @@ class PaceWatch(pl.Callback):
         if max_steps is None or max_steps < 1:
             return  # only a run bounded by updates has an expected duration
         step = trainer.global_step
-        self._start = (self.clock(), step)
+        self._start = self._judge_from = (self.clock(), step)
         if not trainer.is_global_zero or not self._per_update:
             return
         left = max_steps - step
@@ -124,9 +131,10 @@ class PaceWatch(pl.Callback):
         left = trainer.max_steps - step0
         if done <= 0:
             return
-        if not self.deadline_judged and done >= min(self.deadline_after, max(1, left // 2)):
-            self.deadline_judged = True
-            self._judge_deadline(trainer, (self.clock() - t0) / done, left - done)
+        if trainer.global_step == self.pace_changes_at > step0 and not self.deadline_missed:
+            # dearer updates from here: judge the deadline again from their own pace
+            self._judge_from, self.deadline_judged = (self.clock(), trainer.global_step), False
+        self._maybe_judge_deadline(trainer)
         if self.warned or not self._per_update or done < max(self.min_updates, 0.05 * left):
             return
         rate = (self.clock() - t0) / done  # seconds per update, validation included
@@ -146,6 +154,14 @@ class PaceWatch(pl.Callback):
                 else "the run still stops after the same updates, with the same model"
             )
         )
+
+    def _maybe_judge_deadline(self, trainer: pl.Trainer) -> None:
+        """Judge the deadline once enough updates have run since ``_judge_from``."""
+        t0, step0 = self._judge_from
+        done, left = trainer.global_step - step0, trainer.max_steps - step0
+        if done > 0 and not self.deadline_judged and done >= min(self.deadline_after, max(1, left // 2)):
+            self.deadline_judged = True
+            self._judge_deadline(trainer, (self.clock() - t0) / done, left - done)
 
     def _judge_deadline(self, trainer: pl.Trainer, rate: float, left: int) -> None:
         """Say once whether ``max_time`` stops the run before its last update.
