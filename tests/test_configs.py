@@ -62,3 +62,14 @@ def test_config_names_registered_corpus_pair_variant_and_splits(path):
     assert cfg.data.variant in corpus.variants
     for split in (cfg.data.train_split, cfg.data.valid_split, *cfg.data.test_splits):
         assert split in corpus.splits, split
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_a_stated_pace_fits_the_configs_own_time_guard(path):
+    """A config that states its pace and a max_time guard expects all its updates inside it."""
+    t = load_config(path).training
+    if not (t.expected_step_s > 0 and t.max_time):
+        pytest.skip("no stated pace and time guard")
+    days, hours, minutes, seconds = (int(x) for x in t.max_time.split(":"))
+    guard = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
+    assert t.expected_step_s * t.max_steps <= guard
