@@ -198,7 +198,10 @@ def test_a_run_that_turns_dearer_is_judged_again_from_its_new_pace():
     t_end2 = clock2.now + 2500.0
     lines2: list[str] = []
     blind = PaceWatch(
-        expected_step_s=0.0, log=lines2.append, clock=clock2, time_left=lambda tr: t_end2 - clock2.now
+        expected_step_s=0.0,
+        log=lines2.append,
+        clock=clock2,
+        time_left=lambda trainer: t_end2 - clock2.now,
     )
     trainer = SimpleNamespace(max_steps=2000, global_step=0, is_global_zero=True)
     blind.on_train_start(trainer, None)
@@ -215,7 +218,6 @@ def test_rdrop_start_needs_the_two_passes():
     )
     with pytest.raises(ConfigError, match="rdrop_start needs training.rdrop_alpha"):
         check_training_config(cfg)
-    cfg = load_config(
-        REPO / "configs/multi30k_best.yaml", ["training.rdrop_start=100", "training.rdrop_alpha=0.5"]
-    )
+    both = ["training.rdrop_start=100", "training.rdrop_alpha=0.5"]
+    cfg = load_config(REPO / "configs/multi30k_best.yaml", both)
     check_training_config(cfg)

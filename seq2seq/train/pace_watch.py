@@ -159,7 +159,8 @@ class PaceWatch(pl.Callback):
         """Judge the deadline once enough updates have run since ``_judge_from``."""
         t0, step0 = self._judge_from
         done, left = trainer.global_step - step0, trainer.max_steps - step0
-        if done > 0 and not self.deadline_judged and done >= min(self.deadline_after, max(1, left // 2)):
+        enough = min(self.deadline_after, max(1, left // 2))
+        if done > 0 and not self.deadline_judged and done >= enough:
             self.deadline_judged = True
             self._judge_deadline(trainer, (self.clock() - t0) / done, left - done)
 
