@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from seq2seq.config.loading import load_config
+from seq2seq.config.schema import _MAX_TIME_RE
 from seq2seq.train.module import TranslationModule
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
@@ -73,6 +74,6 @@ def test_a_stated_pace_fits_the_configs_own_time_guard(path):
     t = load_config(path).training
     assert t.expected_step_s > 0
     if t.max_time:
-        days, hours, minutes, seconds = (int(x) for x in t.max_time.split(":"))
+        days, hours, minutes, seconds = map(int, _MAX_TIME_RE.fullmatch(t.max_time).groups())
         guard = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
         assert t.expected_step_s * t.max_steps <= guard

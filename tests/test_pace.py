@@ -166,10 +166,9 @@ def test_a_short_run_is_judged_at_its_middle():
     assert "near update 26 of 40" in lines[0]  # 20 + floor(10 / 1.5)
 
 
-def test_a_run_that_turns_dearer_is_judged_again_from_its_new_pace():
-    # 1,000 updates at 1 s, then 1,000 at 3 s (training.rdrop_start=1000); the guard is a
-    # 2,500 s clock. At update 100 the cheap pace projects 2,000 s: it fits, quietly. 100
-    # updates into the dearer part, 3 s an update projects past the guard: one warning.
+def _cheap_then_dear(pace_changes_at: int):
+    """2,000 updates, 1 s each, then 3 s each from update 1,000 (training.rdrop_start=1000),
+    under a guard that is a 2,500 s clock; the watch's lines and the updates they came at."""
     lines: list[str] = []
     clock = FakeClock()
     t_end = clock.now + 2500.0
@@ -178,7 +177,7 @@ def test_a_run_that_turns_dearer_is_judged_again_from_its_new_pace():
         log=lines.append,
         clock=clock,
         time_left=lambda trainer: t_end - clock.now,
-        pace_changes_at=1000,
+        pace_changes_at=pace_changes_at,
     )
     trainer = SimpleNamespace(max_steps=2000, global_step=0, is_global_zero=True)
     watch.on_train_start(trainer, None)
@@ -190,26 +189,19 @@ def test_a_run_that_turns_dearer_is_judged_again_from_its_new_pace():
         watch.on_train_batch_end(trainer, None, None, None, 0)
         if len(lines) > before:
             seen_at.append(trainer.global_step)
+    return watch, lines, seen_at
+
+
+def test_a_run_that_turns_dearer_is_judged_again_from_its_new_pace():
+    # At update 100 the cheap pace projects 2,000 s: it fits, quietly. 100 updates into the
+    # dearer part, 3 s an update projects past the guard: one warning.
+    watch, lines, seen_at = _cheap_then_dear(pace_changes_at=1000)
     assert seen_at == [1100] and watch.deadline_missed
     # at 1,100: 1,300 s used, 1,200 left at 3 s an update: 1,100 + 400
     assert "near update 1,500 of 2,000" in lines[0]
     # without the change point the cheap pace is the only judgement: quiet, and wrong
-    clock2 = FakeClock()
-    t_end2 = clock2.now + 2500.0
-    lines2: list[str] = []
-    blind = PaceWatch(
-        expected_step_s=0.0,
-        log=lines2.append,
-        clock=clock2,
-        time_left=lambda trainer: t_end2 - clock2.now,
-    )
-    trainer = SimpleNamespace(max_steps=2000, global_step=0, is_global_zero=True)
-    blind.on_train_start(trainer, None)
-    for step in range(2000):
-        clock2.now += 1.0 if step < 1000 else 3.0
-        trainer.global_step += 1
-        blind.on_train_batch_end(trainer, None, None, None, 0)
-    assert lines2 == []
+    watch, lines, _ = _cheap_then_dear(pace_changes_at=0)
+    assert lines == [] and not watch.deadline_missed
 
 
 def test_rdrop_start_needs_the_two_passes():

@@ -365,6 +365,12 @@ class TrainingConfig:
     shape (``seq2seq train --init-from DIR``; see seq2seq/train/finetune.py). The optimizer and the
     schedule start fresh."""
 
+    @property
+    def two_passes(self) -> bool:
+        """Whether training batches run through the model twice (R-Drop or SimCut), from
+        update ``rdrop_start`` on."""
+        return self.rdrop_alpha > 0 or self.rdrop_cutoff > 0
+
     def validate(self, prefix: str = "training.") -> None:
         """Refuse values Lightning would reject late (accelerator, devices, max_time), naming
         the key. The rest of the training section is checked by

@@ -110,7 +110,7 @@ def check_training_config(cfg: ExperimentConfig) -> None:
         raise ConfigError(f"training.expected_step_s must be >= 0, got {t.expected_step_s}")
     if t.expected_step_s > 0 and t.max_steps < 1:
         raise ConfigError("training.expected_step_s needs training.max_steps (updates) to be set")
-    if t.rdrop_start > 0 and not (t.rdrop_alpha > 0 or t.rdrop_cutoff > 0):
+    if t.rdrop_start > 0 and not t.two_passes:
         raise ConfigError(
             "training.rdrop_start needs training.rdrop_alpha or training.rdrop_cutoff above 0"
         )
@@ -313,7 +313,7 @@ class TranslationModule(ValidationMixin, pl.LightningModule):
         target, epsilon = tgt_out[keep], self.cfg.training.label_smoothing  # (N,)
         alpha, cutoff = self.cfg.training.rdrop_alpha, self.cfg.training.rdrop_cutoff
         two_passes = (
-            (alpha > 0 or cutoff > 0)
+            self.cfg.training.two_passes
             and self.training
             and self.global_step >= self.cfg.training.rdrop_start
         )

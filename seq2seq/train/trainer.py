@@ -241,12 +241,11 @@ def train(
     if t.expected_step_s > 0 or (t.max_time is not None and t.max_steps > 0):
         # the expected duration and the slow-run warning; with a time guard, whether the
         # guard stops the run before its last update (said within its first 100 updates)
-        two_passes = t.rdrop_alpha > 0 or t.rdrop_cutoff > 0
         callbacks.append(
             PaceWatch(
                 expected_step_s=t.expected_step_s,
                 machine=t.expected_machine,
-                pace_changes_at=t.rdrop_start if two_passes else 0,
+                pace_changes_at=t.rdrop_start if t.two_passes else 0,
             )
         )
     if t.patience > 0:
