@@ -10,7 +10,14 @@ import pytest
 from seq2seq.config.errors import ConfigError
 from seq2seq.config.loading import load_config
 from seq2seq.train.module import check_training_config
-from seq2seq.train.pace_watch import PaceWatch, format_minutes
+from seq2seq.train.pace_watch import (
+    TWO_PASS_COST,
+    PaceWatch,
+    format_minutes,
+    update_cost,
+    update_reached,
+)
+from seq2seq.train.progress import TextProgress
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,12 +173,12 @@ def test_a_short_run_is_judged_at_its_middle():
     assert "near update 26 of 40" in lines[0]  # 20 + floor(10 / 1.5)
 
 
-def _cheap_then_dear(pace_changes_at: int):
-    """2,000 updates, 1 s each, then 3 s each from update 1,000 (training.rdrop_start=1000),
-    under a guard that is a 2,500 s clock; the watch's lines and the updates they came at."""
+def _cheap_then_dear(pace_changes_at: int, *, dear_s: float = 3.0, guard_s: float = 2500.0):
+    """2,000 updates, 1 s each, then ``dear_s`` each from update 1,000 (training.rdrop_start=1000),
+    under a guard that is a ``guard_s`` clock; the watch's lines and the updates they came at."""
     lines: list[str] = []
     clock = FakeClock()
-    t_end = clock.now + 2500.0
+    t_end = clock.now + guard_s
     watch = PaceWatch(
         expected_step_s=0.0,
         log=lines.append,
@@ -183,7 +190,7 @@ def _cheap_then_dear(pace_changes_at: int):
     watch.on_train_start(trainer, None)
     seen_at = []
     for step in range(2000):
-        clock.now += 1.0 if step < 1000 else 3.0
+        clock.now += 1.0 if step < 1000 else dear_s
         trainer.global_step += 1
         before = len(lines)
         watch.on_train_batch_end(trainer, None, None, None, 0)
@@ -192,16 +199,69 @@ def _cheap_then_dear(pace_changes_at: int):
     return watch, lines, seen_at
 
 
-def test_a_run_that_turns_dearer_is_judged_again_from_its_new_pace():
-    # At update 100 the cheap pace projects 2,000 s: it fits, quietly. 100 updates into the
-    # dearer part, 3 s an update projects past the guard: one warning.
+def test_a_run_that_turns_dearer_is_judged_within_100_updates_and_again_from_its_new_pace():
+    # At update 100 the cheap pace (1 s), with the 1,000 two-pass updates ahead counted at
+    # 2 s at least, projects 900 + 2,000 = 2,900 s against the 2,400 left: a warning at once.
     watch, lines, seen_at = _cheap_then_dear(pace_changes_at=1000)
-    assert seen_at == [1100] and watch.deadline_missed
-    # at 1,100: 1,300 s used, 1,200 left at 3 s an update: 1,100 + 400
-    assert "near update 1,500 of 2,000" in lines[0]
+    assert seen_at == [100, 1100] and watch.deadline_missed
+    # 2,400 s reach 1,000 + (2,400 - 900) / 2
+    assert lines[0].startswith("warning: training.max_time stops this run near update 1,750")
+    assert "at 1.00 s per update (the two-pass updates from update 1,000 on at 2.00 s" in lines[0]
+    assert "about 48 min" in lines[0] and "set training.max_steps=1750" in lines[0]
+    # 100 updates into the dearer part its own pace (3 s) judges again: 1,300 s used, 1,200
+    # left at 3 s an update: 1,100 + 400
+    assert "near update 1,500 of 2,000: at 3.00 s per update the remaining" in lines[1]
     # without the change point the cheap pace is the only judgement: quiet, and wrong
     watch, lines, _ = _cheap_then_dear(pace_changes_at=0)
     assert lines == [] and not watch.deadline_missed
+
+
+def test_a_run_whose_two_pass_updates_fit_is_quiet_at_both_judgements():
+    # 1,000 x 1 s + 1,000 x 2 s = 3,000 s, the guard exactly
+    watch, lines, _ = _cheap_then_dear(pace_changes_at=1000, dear_s=2.0, guard_s=3000.0)
+    assert lines == [] and not watch.deadline_missed and watch.deadline_judged
+
+
+def test_update_cost_counts_two_pass_updates_twice_and_update_reached_inverts_it():
+    assert TWO_PASS_COST == 2.0
+    assert update_cost(100, 2000) == 1900  # no change point
+    assert update_cost(100, 2000, 1000) == 900 + 2 * 1000
+    assert update_cost(1000, 2000, 1000) == 2 * 1000  # at the change: all dearer ahead
+    assert update_cost(1500, 2000, 1000) == 500  # past the change: the dearer pace's units
+    assert update_cost(100, 800, 1000) == 700  # the change lies beyond the end
+    assert update_cost(2000, 2000, 1000) == 0
+    assert update_reached(100, 900, 1000) == 1000
+    assert update_reached(100, 901, 1000) == 1000  # half a two-pass update is not one
+    assert update_reached(100, 902, 1000) == 1001
+    assert update_reached(1000, 7, 1000) == 1003
+    assert update_reached(1500, 10.7, 1000) == 1510
+    for step in range(0, 2000, 37):
+        for end in range(step, 2001, 113):
+            for change in (0, 500, 1000, 1999):
+                units = update_cost(step, end, change)
+                assert update_reached(step, units, change) == end
+                assert update_reached(step, units - 0.5, change) <= end
+
+
+def test_the_text_progress_eta_counts_the_dearer_updates_and_then_their_own_pace(capsys):
+    clock = FakeClock()
+    progress = TextProgress(every=100, pace_changes_at=1000, clock=clock)
+    trainer = SimpleNamespace(
+        max_steps=2000, global_step=0, is_global_zero=True, progress_bar_metrics={}, callbacks=[]
+    )
+    progress.on_train_start(trainer, None)
+    etas = {}
+    for step in range(2000):
+        clock.now += 1.0 if step < 1000 else 3.0
+        trainer.global_step += 1
+        progress.on_train_batch_end(trainer, None, None, None, 0)
+        line = capsys.readouterr().err.strip()
+        if line:
+            etas[trainer.global_step] = line.rsplit(" eta ", 1)[1]
+    assert etas[100] == "0:48:20"  # 1 s x (900 + 2 x 1,000)
+    assert etas[1000] == "0:33:20"  # 1 s x 2 x 1,000, the two-pass updates at 2 s at least
+    assert etas[1100] == "0:45:00"  # their own pace from update 1,000: 3 s x 900
+    assert etas[1900] == "0:05:00"
 
 
 def test_rdrop_start_needs_the_two_passes():

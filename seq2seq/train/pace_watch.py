@@ -14,8 +14,9 @@ short run) the measured pace projects the end, and when the guard would stop the
 its last update PaceWatch says so once, with the update it would reach. A schedule that decays
 to its end at ``max_steps`` (``linear``, ``cosine``) then never reaches that end, so the line
 names the ``max_steps`` that fits. A run whose update cost changes partway
-(``training.rdrop_start``: one pass, then two) is judged a second time, ``deadline_after``
-updates into its dearer part, from that part's own pace.
+(``training.rdrop_start``: one pass, then two) counts its two-pass updates at
+:data:`TWO_PASS_COST` cheap ones in the first judgement (:func:`update_cost`), and is judged a
+second time, ``deadline_after`` updates into its dearer part, from that part's own pace.
 """
 
 from __future__ import annotations
@@ -29,7 +30,32 @@ from pytorch_lightning.callbacks import Timer
 
 from seq2seq.core import say
 
-__all__ = ["PaceWatch", "format_minutes"]
+__all__ = ["TWO_PASS_COST", "PaceWatch", "format_minutes", "update_cost", "update_reached"]
+
+TWO_PASS_COST = 2.0
+"""What a two-pass update (R-Drop, SimCut) costs at the least, in one-pass updates: it runs the
+forward and backward work of its batch twice. Measured costs: docs/results.md."""
+
+
+def update_cost(step: int, end: int, pace_changes_at: int = 0) -> float:
+    """The updates after ``step`` up to ``end``, in units of the pace measured up to ``step``.
+
+    Up to ``pace_changes_at`` (0: no change) the pace is the cheap one, and each update after
+    it counts :data:`TWO_PASS_COST`; past it, the pace is the dearer one and every update
+    counts one.
+    """
+    if not (0 < pace_changes_at < end and step <= pace_changes_at):
+        return float(max(0, end - step))
+    return (pace_changes_at - step) + TWO_PASS_COST * (end - pace_changes_at)
+
+
+def update_reached(step: int, units: float, pace_changes_at: int = 0) -> int:
+    """The update that ``units`` (counted as :func:`update_cost` counts them) after ``step``
+    reach: its inverse, rounded down."""
+    cheap = pace_changes_at - step
+    if pace_changes_at <= 0 or cheap < 0 or units <= cheap:
+        return step + max(0, math.floor(units))
+    return pace_changes_at + math.floor((units - cheap) / TWO_PASS_COST)
 
 
 def format_minutes(seconds: float) -> str:
@@ -52,7 +78,8 @@ def time_guard_left(trainer: pl.Trainer) -> float | None:
 
 class PaceWatch(pl.Callback):
     """Print the expected training time at start; warn once when the run is much slower, and
-    once when ``training.max_time`` would stop it before its last update.
+    once (once per pace, in a run whose updates turn dearer) when ``training.max_time`` would
+    stop it before its last update.
 
     Args:
         expected_step_s: seconds per update (validation included) on the machine the config
@@ -131,8 +158,8 @@ class PaceWatch(pl.Callback):
         left = trainer.max_steps - step0
         if done <= 0:
             return
-        if trainer.global_step == self.pace_changes_at > step0 and not self.deadline_missed:
-            # dearer updates from here: judge the deadline again from their own pace
+        if trainer.global_step == self.pace_changes_at > self._judge_from[1]:
+            # dearer updates from here: judge the deadline again, from their own pace alone
             self._judge_from, self.deadline_judged = (self.clock(), trainer.global_step), False
         self._maybe_judge_deadline(trainer)
         if self.warned or not self._per_update or done < max(self.min_updates, 0.05 * left):
@@ -162,25 +189,31 @@ class PaceWatch(pl.Callback):
         enough = min(self.deadline_after, max(1, left // 2))
         if done > 0 and not self.deadline_judged and done >= enough:
             self.deadline_judged = True
-            self._judge_deadline(trainer, (self.clock() - t0) / done, left - done)
+            self._judge_deadline(trainer, (self.clock() - t0) / done)
 
-    def _judge_deadline(self, trainer: pl.Trainer, rate: float, left: int) -> None:
-        """Say once whether ``max_time`` stops the run before its last update.
+    def _judge_deadline(self, trainer: pl.Trainer, rate: float) -> None:
+        """Say whether ``max_time`` stops the run before its last update (once per pace).
 
         Args:
-            rate: seconds per update measured so far in this launch.
-            left: updates still to run.
+            rate: seconds per update measured since ``_judge_from``.
         """
         guard = self.time_left(trainer)
-        if guard is None or rate * left <= guard:
+        step, end, change = trainer.global_step, trainer.max_steps, self.pace_changes_at
+        need = rate * update_cost(step, end, change)
+        if guard is None or need <= guard:
             return
         self.deadline_missed = True
-        reach = trainer.global_step + max(0, math.floor(guard / rate))
+        reach = update_reached(step, guard / rate, change)
+        dearer = (
+            f" (the two-pass updates from update {change:,} on at "
+            f"{TWO_PASS_COST * rate:.2f} s at least)"
+            if step < change
+            else ""
+        )
         self.write(
-            f"warning: training.max_time stops this run near update {reach:,} of "
-            f"{trainer.max_steps:,}: at {rate:.2f} s per update the remaining {left:,} updates "
-            f"need {format_minutes(rate * left)}, and the time guard leaves "
-            f"{format_minutes(guard)}. A schedule that decays to its end at max_steps never "
-            f"gets there: set training.max_steps={reach} to keep the whole schedule on this "
-            "machine"
+            f"warning: training.max_time stops this run near update {reach:,} of {end:,}: at "
+            f"{rate:.2f} s per update{dearer} the remaining {end - step:,} updates need "
+            f"{format_minutes(need)}, and the time guard leaves {format_minutes(guard)}. A "
+            "schedule that decays to its end at max_steps never gets there: set "
+            f"training.max_steps={reach} to keep the whole schedule on this machine"
         )

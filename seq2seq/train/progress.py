@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import lightning_fabric  # noqa: F401 (imported before quiet_lightning: its import sets a level)
 import pytorch_lightning as pl
@@ -19,6 +19,7 @@ from pytorch_lightning.callbacks import EarlyStopping, Timer, TQDMProgressBar
 from pytorch_lightning.callbacks.progress.tqdm_progress import _update_n
 
 from seq2seq.core import say
+from seq2seq.train.pace_watch import time_guard_left, update_cost
 
 __all__ = ["LIGHTNING_LOGGERS", "RunLines", "StepProgressBar", "TextProgress", "quiet_lightning"]
 
@@ -121,21 +122,34 @@ class TextProgress(pl.Callback):
     """One line every ``every`` updates, for logs that are not a terminal (SLURM, CI).
 
     ``step 1200/10000 loss 3.214 ppl 21.5 lr 4.1e-04 tok_s 12345 eta 0:12:34``
+
+    The ETA is the pace of this launch times the updates left; in a run whose updates turn
+    dearer at ``pace_changes_at`` (``training.rdrop_start``) the updates after it count as
+    :func:`~seq2seq.train.pace_watch.update_cost` counts them, and from it on the pace is
+    measured afresh.
     """
 
-    def __init__(self, *, every: int) -> None:
+    def __init__(
+        self, *, every: int, pace_changes_at: int = 0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.every = max(1, every)
+        self.pace_changes_at = pace_changes_at
+        self.clock = clock
         self._start: tuple[float, int] | None = None
         self._last = -1
 
     def on_train_start(self, trainer, pl_module) -> None:
-        self._start = (time.monotonic(), trainer.global_step)
+        self._start = (self.clock(), trainer.global_step)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step
-        if step == self._last or step % self.every or not trainer.is_global_zero:
-            return
-        self._last = step
+        if step != self._last and not step % self.every and trainer.is_global_zero:
+            self._last = step
+            say(self._line(trainer, step))
+        if self._start is not None and step == self.pace_changes_at > self._start[1]:
+            self._start = (self.clock(), step)  # dearer updates from here: their own pace
+
+    def _line(self, trainer, step: int) -> str:
         metrics = _short_metrics(trainer.progress_bar_metrics)
         parts = [f"step {step}" + (f"/{trainer.max_steps}" if trainer.max_steps > 0 else "")]
         for key in ("loss", "ppl", "lr", "tok_s"):
@@ -143,10 +157,10 @@ class TextProgress(pl.Callback):
                 value = float(metrics[key])
                 parts.append(f"{key} {value:.2e}" if key == "lr" else f"{key} {value:.4g}")
         if self._start is not None and trainer.max_steps > 0 and step > self._start[1]:
-            rate = (time.monotonic() - self._start[0]) / (step - self._start[1])
-            eta = int(rate * (trainer.max_steps - step))
-            for cb in trainer.callbacks:  # training.max_time may end the run sooner
-                if isinstance(cb, Timer) and cb.time_remaining("train") is not None:
-                    eta = min(eta, int(cb.time_remaining("train")))
+            rate = (self.clock() - self._start[0]) / (step - self._start[1])
+            eta = int(rate * update_cost(step, trainer.max_steps, self.pace_changes_at))
+            left = time_guard_left(trainer)  # training.max_time may end the run sooner
+            if left is not None:
+                eta = min(eta, int(left))
             parts.append(f"eta {eta // 3600}:{eta // 60 % 60:02d}:{eta % 60:02d}")
-        say(" ".join(parts))
+        return " ".join(parts)

@@ -232,10 +232,13 @@ def train(
         mode=monitor_mode(t.val_metric),
     )
     signal_stop = SignalStop(save=checkpointer.save_now)
+    dearer_from = t.rdrop_start if t.two_passes else 0  # two passes an update from here
     callbacks: list = [
         checkpointer,
         signal_stop,
-        StepProgressBar() if progress else TextProgress(every=t.log_every_steps),
+        StepProgressBar()
+        if progress
+        else TextProgress(every=t.log_every_steps, pace_changes_at=dearer_from),
         RunLines(),
     ]
     if t.expected_step_s > 0 or (t.max_time is not None and t.max_steps > 0):
@@ -245,7 +248,7 @@ def train(
             PaceWatch(
                 expected_step_s=t.expected_step_s,
                 machine=t.expected_machine,
-                pace_changes_at=t.rdrop_start if t.two_passes else 0,
+                pace_changes_at=dearer_from,
             )
         )
     if t.patience > 0:
