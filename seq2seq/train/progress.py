@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import lightning_fabric  # noqa: F401 (imported before quiet_lightning: its import sets a level)
 import pytorch_lightning as pl
-from pytorch_lightning.callbacks import EarlyStopping, Timer, TQDMProgressBar
+from pytorch_lightning.callbacks import EarlyStopping, TQDMProgressBar
 from pytorch_lightning.callbacks.progress.tqdm_progress import _update_n
 
 from seq2seq.core import say
@@ -69,10 +69,9 @@ def _end_reason(trainer: pl.Trainer) -> str:
     for cb in trainer.callbacks:
         if isinstance(cb, EarlyStopping) and cb.stopping_reason_message:
             return "early stopping: " + cb.stopping_reason_message.split(" Signaling")[0]
-    for cb in trainer.callbacks:
-        remaining = cb.time_remaining("train") if isinstance(cb, Timer) else None
-        if remaining is not None and remaining <= 0:
-            return "training.max_time reached"
+    remaining = time_guard_left(trainer)
+    if remaining is not None and remaining <= 0:
+        return "training.max_time reached"
     max_epochs = trainer.max_epochs or 0
     if 0 < max_epochs <= trainer.current_epoch:
         return f"training.max_epochs ({max_epochs}) reached"
