@@ -5,7 +5,8 @@ Needs the Multi30K corpus (``SEQ2SEQ_MIRROR`` offline). The benchmarks of a trai
 a model directory: ``--model`` (default ``BENCH_MODEL``, else runs/demo/averaged, which
 ``make demo`` writes); without one they are skipped with a note. Each benchmark runs in its own
 process with its default options; ``--only`` picks some. Not run here: ensemble.py (two
-models), finetune.py (trains a new run) and val_curves.py (draws logged runs).
+models), finetune.py (trains a new run), val_curves.py (draws logged runs) and mbr.py (a
+quality experiment on a model's own validation and test files).
 
     python benchmarks/run_all.py                          # all of them (about an hour on 2 cores)
     python benchmarks/run_all.py --only decode_speed,export_parity --model runs/fast/averaged
