@@ -217,7 +217,8 @@ def test_logits_equal_transformers(family, request):
 
 
 def _hf_generate(family: str, hf_dir: Path, sentences: list[str], beams: int, tgt_lang: str):
-    """transformers' output ids (forced language token first, no start, no EOS/padding)."""
+    """transformers' output ids (forced language token first, no start, no EOS/padding), and
+    the indices of the rows that ended with </s> before the length limit."""
     model, tok = _hf(hf_dir)
     tok.src_lang = LANG[family][0]
     batch = tok(sentences, padding=True, return_tensors="pt")
@@ -231,8 +232,9 @@ def _hf_generate(family: str, hf_dir: Path, sentences: list[str], beams: int, tg
             length_penalty=1.0,
             max_new_tokens=MAX_NEW,
         )
-    assert out.size(1) < MAX_NEW + 1  # every output ended with </s> before the length limit
-    return [[t for t in row if t not in (1, 2)] for row in out.tolist()]
+    rows = out.tolist()
+    ended = [i for i, row in enumerate(rows) if 2 in row[1:]]  # (not the decoder's start)
+    return [[t for t in row if t not in (1, 2)] for row in rows], ended
 
 
 def _token(family: str, code: str) -> str:
@@ -270,12 +272,17 @@ def _ours(family, model_dir: Path, sentences, *, beams: int, tgt_lang: str):
 @BOTH
 @pytest.mark.parametrize("beams", [1, 4])
 def test_outputs_equal_generate(family, beams, request):
-    """Greedy and beam-4 outputs equal transformers' generate (forced target language)."""
+    """Greedy and beam-4 outputs equal transformers' generate (forced target language), for
+    every sentence whose output ends before the length limit: the two count a hypothesis that
+    reaches it differently (ours ends it with a forced </s>, fairseq's rule), and the small
+    model, whose weights follow the CPU's rounding in training, loops on one sentence or two
+    on some CPUs (an AMD Zen 3)."""
     hf_dir, model_dir, src, _ = request.getfixturevalue(family)
     tgt_lang = LANG[family][1]
-    theirs = _hf_generate(family, hf_dir, src, beams, tgt_lang)
+    theirs, ended = _hf_generate(family, hf_dir, src, beams, tgt_lang)
+    assert len(ended) >= len(src) - 2
     ours, out = _ours(family, model_dir, src, beams=beams, tgt_lang=tgt_lang)
-    assert ours == theirs
+    assert [ours[i] for i in ended] == [theirs[i] for i in ended]
     assert len({tuple(r) for r in ours}) > N_TEST // 2  # a trained model: outputs differ
     lang = _TRANSLATORS[model_dir].tokenizer.language_id(tgt_lang)
     assert all(r[0].tokens[0] == lang and r[0].token_scores[0] == 0.0 for r in out)

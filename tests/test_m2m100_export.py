@@ -74,7 +74,16 @@ def test_ctranslate2_float32_equals_torch(family, request, tmp_path):
             theirs = _translate(
                 ct2, family, src, engine="ctranslate2", beams=beams, tgt_lang=tgt_lang
             )
-            assert theirs == ours, (tgt_lang, beams)  # texts and token ids
+            # texts and token ids, where neither output reached the length limit: the two
+            # searches end a hypothesis there differently (as test_outputs_equal_generate).
+            # The model learnt en->de only; into French it loops on a few sentences.
+            ended = [
+                i
+                for i, (a, b) in enumerate(zip(ours, theirs))
+                if max(len(a[1]), len(b[1])) < MAX_NEW
+            ]
+            assert len(ended) >= len(src) // 2, (tgt_lang, beams)
+            assert [theirs[i] for i in ended] == [ours[i] for i in ended], (tgt_lang, beams)
     de = _translate(ct2, family, src, engine="ctranslate2", beams=1, tgt_lang=LANG[family][1])
     fr = _translate(ct2, family, src, engine="ctranslate2", beams=1, tgt_lang=other)
     assert [t[1][0] for t in de] != [t[1][0] for t in fr]  # the forced language token differs
