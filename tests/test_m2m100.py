@@ -216,10 +216,10 @@ def test_logits_equal_transformers(family, request):
         torch.testing.assert_close(our_lp, hf_lp, atol=1e-4, rtol=0)
 
 
-def _hf_generate(family: str, hf_dir: Path, sentences: list[str], beams: int, tgt_lang: str):
-    """transformers' output ids (forced language token first, no start, no EOS/padding), and
-    the indices of the rows that ended with </s> before the length limit."""
-    model, tok = _hf(hf_dir)
+def _hf_generate(model, tok, family: str, sentences: list[str], beams: int, tgt_lang: str):
+    """transformers' ``generate`` with ``model`` and ``tok`` (the target language forced): its
+    output ids (forced language token first, no start, no EOS/padding), and the indices of the
+    rows that ended with </s> before the length limit (which ours counts differently)."""
     tok.src_lang = LANG[family][0]
     batch = tok(sentences, padding=True, return_tensors="pt")
     with torch.no_grad():
@@ -279,7 +279,7 @@ def test_outputs_equal_generate(family, beams, request):
     on some CPUs (an AMD Zen 3)."""
     hf_dir, model_dir, src, _ = request.getfixturevalue(family)
     tgt_lang = LANG[family][1]
-    theirs, ended = _hf_generate(family, hf_dir, src, beams, tgt_lang)
+    theirs, ended = _hf_generate(*_hf(hf_dir), family, src, beams, tgt_lang)
     assert len(ended) >= len(src) - 2
     ours, out = _ours(family, model_dir, src, beams=beams, tgt_lang=tgt_lang)
     assert [ours[i] for i in ended] == [theirs[i] for i in ended]

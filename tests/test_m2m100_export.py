@@ -26,6 +26,7 @@ from test_m2m100 import (  # noqa: F401 (m2m100, nllb: the fixtures)
     LANG,
     MAX_NEW,
     TEXTS,
+    _hf_generate,
     _lines,
     _ours,
     _run,
@@ -130,27 +131,14 @@ def _assert_generates_as_ours(out, model_dir, family, src):
     model = AutoModelForSeq2SeqLM.from_pretrained(out, dtype=torch.float32).eval()
     assert type(model).__name__ == "M2M100ForConditionalGeneration"
     tok = AutoTokenizer.from_pretrained(out)
-    s_lang, t_lang = LANG[family]
-    tok.src_lang = s_lang
-    batch = tok(src, padding=True, return_tensors="pt")
+    t_lang = LANG[family][1]
     forced = tok.convert_tokens_to_ids(_token(family, t_lang))
     assert forced != tok.unk_token_id
     for beams in (1, 4):
-        with torch.no_grad():
-            generated = model.generate(
-                **batch,
-                forced_bos_token_id=forced,
-                num_beams=beams,
-                do_sample=False,
-                early_stopping=True,
-                length_penalty=1.0,
-                max_new_tokens=MAX_NEW,
-            ).tolist()
+        generated, ended = _hf_generate(model, tok, family, src, beams, t_lang)
         ours, _ = _ours(family, model_dir, src, beams=beams, tgt_lang=t_lang)
-        # rows that end with </s> before the length limit (the limit is counted differently)
-        ended = [i for i, row in enumerate(generated) if 2 in row[1:]]
         assert len(ended) >= len(src) - 2
-        theirs = [[t for t in generated[i] if t not in (1, 2)] for i in ended]
+        theirs = [generated[i] for i in ended]
         assert [ours[i] for i in ended] == theirs, beams
         assert all(row[0] == forced for row in theirs)
 
