@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             src, method="beam", beam_size=beam, nbest=beam, len_penalty=args.len_penalty
         )
         texts = [[t.text for t in hyps] for hyps in nbest]
-        picks = [mbr_choice(c) if c else 0 for c in texts]
+        picks = [mbr_choice(c) for c in texts]  # (an empty list: 0)
         best = score_corpus([c[0] if c else "" for c in texts], ref)["bleu"]
         mbr = score_corpus([c[k] if c else "" for c, k in zip(texts, picks)], ref)["bleu"]
         moved = sum(k > 0 for k in picks) / len(picks)
