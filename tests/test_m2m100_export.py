@@ -138,7 +138,7 @@ def _assert_generates_as_ours(out, model_dir, family, src):
         generated, ended = _hf_generate(model, tok, family, src, beams, t_lang)
         ours, _ = _ours(family, model_dir, src, beams=beams, tgt_lang=t_lang)
         # a fixture model trained in the test loops to the length limit on a few rows, more
-        # on some CPUs (4 of 24 on a Xeon, fine-tuned): compare the rows that end, most of them
+        # on some CPUs (4 of 24 on a Xeon, fine-tuned): compare the rows that end, at least half
         assert len(ended) >= len(src) // 2, (len(ended), beams)
         theirs = [generated[i] for i in ended]
         assert [ours[i] for i in ended] == theirs, beams
