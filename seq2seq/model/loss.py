@@ -287,8 +287,10 @@ def _rdrop_logit_grads(
     loss2, nll2 = _smoothed(lp2, t, epsilon)
     d = lp1 - lp2  # (n, V)
     p1, p2 = lp1.exp_(), lp2.exp_()
-    e1 = torch.einsum("nv,nv->n", p1, d)  # KL(p1 || p2)
-    e2 = torch.einsum("nv,nv->n", p2, d)  # -KL(p2 || p1)
+    # row-wise dot products (einsum runs them as n batched 1xV @ Vx1 multiplies, slower on
+    # the CPU: docs/results.md, "The cost of R-Drop")
+    e1 = torch.linalg.vecdot(p1, d)  # KL(p1 || p2)
+    e2 = torch.linalg.vecdot(p2, d)  # -KL(p2 || p1)
     loss = 0.5 * (loss1 + loss2) + 0.25 * alpha * (e1 - e2)
     nll = 0.5 * (nll1 + nll2)
     if not want_grads:
