@@ -26,6 +26,8 @@ CONFIGS = HERE.parent / "configs"
 # name -> (needs a model directory, extra arguments)
 BENCHMARKS = {
     "train_throughput": (False, []),
+    "attention_paths": (False, []),
+    "fused_loss": (False, []),
     "precision_probe": (
         False,
         [str(CONFIGS / "multi30k_quick.yaml"), str(CONFIGS / "multi30k_fast.yaml")],

@@ -110,6 +110,11 @@ IMPLS = {
     # the same with the loss unfused (full (N, V) logits, autograd through rdrop_loss)
     "ours-rdrop-unfused": "fp32, R-Drop, loss unfused",
     "ours-bf16-rdrop-unfused": "bf16-mixed, R-Drop, loss unfused",
+    # every attention call through SDPA's kernel, short sentences too (attention.SHORT_KEYS 0)
+    "ours-sdpa": "fp32, SDPA for short sentences",
+    "ours-bf16-sdpa": "bf16-mixed, SDPA for short sentences",
+    "ours-rdrop-sdpa": "fp32, R-Drop, SDPA for short sentences",
+    "ours-bf16-rdrop-sdpa": "bf16-mixed, R-Drop, SDPA for short sentences",
 }
 REGULARISERS = {
     "ours-rdrop": ["training.rdrop_alpha=5"],
@@ -117,6 +122,8 @@ REGULARISERS = {
     "ours-bf16-rdrop": ["training.rdrop_alpha=5"],
     "ours-rdrop-unfused": ["training.rdrop_alpha=5"],
     "ours-bf16-rdrop-unfused": ["training.rdrop_alpha=5"],
+    "ours-rdrop-sdpa": ["training.rdrop_alpha=5"],
+    "ours-bf16-rdrop-sdpa": ["training.rdrop_alpha=5"],
 }
 LEVERS = {"ours-bf16-rows": {"rows"}, "ours-bf16-attn": {"attention"}, "ours-bf16-off": set()}
 
@@ -203,13 +210,15 @@ def run_ours(steps: int, warmup: int, threads: int, mirror: str | None, shape: s
     import pytorch_lightning as pl
     import torch
 
-    from seq2seq.model import shape_buckets
+    from seq2seq.model import attention, shape_buckets
     from seq2seq.train import module as module_code
     from seq2seq.train.module import TranslationModule
 
     torch.set_num_threads(threads)
     if impl.endswith("-unfused"):  # the projection and loss as autograd graphs (loss.py)
         module_code._fused_loss_dtype = lambda hidden: None
+    if impl.endswith("-sdpa"):  # SDPA's kernel however short the sentences (attention.py)
+        attention.SHORT_KEYS = 0
     if impl in LEVERS:
         shape_buckets.LEVERS.clear()
         shape_buckets.LEVERS.update(LEVERS[impl])

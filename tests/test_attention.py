@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from seq2seq.model import attention
 from seq2seq.model.attention import CrossAttention, KVCache, SelfAttention, attend
 from seq2seq.model.masks import (
     block_causal_mask,
@@ -17,6 +18,15 @@ from seq2seq.model.masks import (
 
 D, H = 16, 4
 DTYPE = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def _sdpa_for_every_call(monkeypatch):
+    """Every call without need_weights goes through SDPA here, so that "fast" against "slow"
+    compares SDPA's kernel with the explicit path (on the CPU, short sentences and decoding
+    steps take the explicit path by default: the routing tests below undo this)."""
+    monkeypatch.setattr(attention, "SHORT_KEYS", 0)
+    monkeypatch.setattr(attention, "SMALL_QUERY", 0)
 
 
 def _qkv(b: int, lq: int, lk: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
@@ -225,3 +235,53 @@ def test_kv_cache_select_can_leave_out_the_first_positions():
         assert torch.equal(k2, k[index][:, :, 2:]) and torch.equal(v2, v[index][:, :, 2:])
     with pytest.raises(ValueError, match="cannot leave out 6 of 5"):
         cache.select(index, first=6)
+
+
+def _count_sdpa(monkeypatch) -> list[int]:
+    calls: list[int] = []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return sdpa(*args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+    return calls
+
+
+@pytest.mark.parametrize("case", ["none", "causal", "pad", "causal+pad"])
+def test_short_sentences_take_the_explicit_path_with_sdpa_s_values_and_gradients(
+    case, monkeypatch
+) -> None:
+    """On the CPU, up to SHORT_KEYS keys run the explicit path (faster there, forward and
+    backward): its outputs and gradients equal SDPA's; longer ones run SDPA."""
+    mask = MASK_CASES[case](7, 7)
+    results = []
+    for short_keys in (0, 40):  # SDPA, then the default explicit path
+        monkeypatch.setattr(attention, "SHORT_KEYS", short_keys)
+        calls = _count_sdpa(monkeypatch)
+        q, k, v = (x.requires_grad_(True) for x in _qkv(3, 7, 7, seed=11))
+        out, weights = attend(q, k, v, mask=mask)
+        out.pow(2).sum().backward()
+        assert weights is None
+        assert len(calls) == (1 if short_keys == 0 else 0)
+        results.append((out, q.grad, k.grad, v.grad))
+    for sdpa, explicit in zip(*results):
+        torch.testing.assert_close(explicit, sdpa, atol=1e-12, rtol=1e-10)
+    # past SHORT_KEYS keys, SDPA again
+    monkeypatch.setattr(attention, "SHORT_KEYS", 6)
+    calls = _count_sdpa(monkeypatch)
+    attend(*_qkv(3, 7, 7), mask=mask)
+    assert len(calls) == 1
+
+
+def test_explicit_path_with_dropout_in_training_drops_and_returns_no_weights(monkeypatch):
+    """Short sentences with attention dropout (training): the explicit path applies it."""
+    monkeypatch.setattr(attention, "SHORT_KEYS", 40)
+    calls = _count_sdpa(monkeypatch)
+    q, k, v = _qkv(2, 5, 5)
+    clean, _ = attend(q, k, v, mask=None)
+    torch.manual_seed(0)
+    dropped, weights = attend(q, k, v, mask=None, dropout=0.5)
+    assert not calls and weights is None
+    assert not torch.allclose(dropped, clean)

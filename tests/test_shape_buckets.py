@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -111,7 +112,11 @@ def test_every_linear_layer_of_a_bf16_training_step_sees_a_bucket_size(monkeypat
     assert module.model.encoder.layers[0].self_attn.qkv_proj.weight.grad is not None
 
 
-def test_attention_runs_in_float32_with_autocast_off_under_cpu_bf16(monkeypatch):
+@pytest.mark.parametrize("short_keys", [0, 40])
+def test_attention_runs_in_float32_with_autocast_off_under_cpu_bf16(monkeypatch, short_keys):
+    """SDPA gets float32 with autocast off; with 9 keys <= SHORT_KEYS the explicit path runs
+    instead (on the same float32 inputs: attend casts before it routes)."""
+    monkeypatch.setattr(attention, "SHORT_KEYS", short_keys)
     torch.manual_seed(2)
     attn = SelfAttention(d_model=16, n_heads=2)
     x = torch.randn(2, 9, 16)
@@ -125,7 +130,10 @@ def test_attention_runs_in_float32_with_autocast_off_under_cpu_bf16(monkeypatch)
     monkeypatch.setattr(attention.F, "scaled_dot_product_attention", spy)
     with bf16_autocast():
         out, _, _ = attn(x, is_causal=True)
-    assert seen == [(torch.float32, torch.float32, torch.float32, False)]
+    if short_keys == 0:
+        assert seen == [(torch.float32, torch.float32, torch.float32, False)]
+    else:
+        assert seen == []
     assert out.dtype == torch.bfloat16  # the output projection is bf16 again
     ref, _, _ = attn(x, is_causal=True)
     torch.testing.assert_close(out.float(), ref, rtol=0.05, atol=0.02)

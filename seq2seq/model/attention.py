@@ -9,8 +9,10 @@ Two modules share one core (:func:`attend`):
 
 ``is_causal=True`` is passed to SDPA only when it is exactly right: a square causal mask
 and no cache (SDPA's causal mask is top-left aligned). Everything else gets an explicit
-boolean mask from masks.py. ``need_weights=True`` takes a slower explicit path that also
-returns the attention weights (B, H, Lq, Lk), for plots and tests.
+boolean mask from masks.py. ``need_weights=True`` takes the explicit path (two batched
+multiplies and a softmax), which also returns the attention weights (B, H, Lq, Lk), for plots
+and tests; on the CPU that path also runs short sentences and decoding steps, where it is
+faster than SDPA's kernel.
 
 :class:`KVCache` holds the decoder's self-attention keys and values during incremental
 decoding in preallocated, time-major buffers: a step writes its position in place instead of
@@ -34,6 +36,9 @@ __all__ = ["CrossAttention", "KVCache", "KVSlot", "SelfAttention", "attend"]
 SMALL_QUERY = 8
 """Calls with at most this many queries per row run the explicit path on the CPU (see attend)."""
 
+SHORT_KEYS = 40
+"""Calls with at most this many keys run the explicit path on the CPU (see attend)."""
+
 
 def attend(
     q: Tensor,
@@ -53,7 +58,8 @@ def attend(
         is_causal: use SDPA's built-in (top-left) causal mask; only with Lq == Lk, mask None.
         dropout: attention dropout probability (pass 0.0 at eval time).
         need_weights: also return the weights (B, H, Lq, Lk) via the explicit path (also
-            taken, without returning them, for up to ``SMALL_QUERY`` queries on the CPU).
+            taken, without returning them, on the CPU for up to ``SMALL_QUERY`` queries
+            without dropout, or up to ``SHORT_KEYS`` keys).
 
     Returns:
         (output (B, H, Lq, Dh), weights or None).
@@ -66,11 +72,15 @@ def attend(
                 q.float(), k.float(), v.float(), mask=mask, is_causal=is_causal,
                 dropout=dropout, need_weights=need_weights,
             )  # fmt: skip
-    # A decoding step's few queries per row (1; the K beams of a sentence in cross-attention):
-    # on the CPU, SDPA's kernel is slower than two batched multiplies and a softmax there
-    # (benchmarks/profile_step.py), so such calls take the explicit path.
-    small = q.size(-2) <= SMALL_QUERY and q.device.type == "cpu" and dropout == 0.0
-    if not need_weights and not small:
+    # On the CPU, SDPA's kernel is slower than two batched multiplies and a softmax for a
+    # decoding step's few queries per row (1; the K beams of a sentence in cross-attention:
+    # benchmarks/profile_step.py) and, forward and backward, for short sentences (up to
+    # SHORT_KEYS keys: docs/benchmarks.md, "Attention on short sentences"); such calls take
+    # the explicit path.
+    explicit = q.device.type == "cpu" and (
+        (q.size(-2) <= SMALL_QUERY and dropout == 0.0) or k.size(-2) <= SHORT_KEYS
+    )
+    if not need_weights and not explicit:
         out = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal
         )
@@ -89,7 +99,7 @@ def attend(
         weights = weights.masked_fill(~mask, 0.0)
     if dropout > 0.0:
         weights_d = F.dropout(weights, p=dropout)
-        return weights_d @ v, weights
+        return weights_d @ v, weights if need_weights else None
     return weights @ v, weights if need_weights else None
 
 

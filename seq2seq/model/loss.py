@@ -260,37 +260,72 @@ def projected_rdrop_loss(
     return LossOutput(loss=loss.sum(), nll=nll.sum(), n_tokens=int(target.numel()))
 
 
+def _softmax_(z: Tensor) -> Tensor:
+    """Turn (n, V) logits into their softmax in place; return the (n, 1) log-sum-exp.
+
+    ``log_softmax`` followed by ``exp`` computes every exponential twice and writes two new
+    (n, V) tensors; this computes each once, in the logits' own memory.
+    """
+    top = z.amax(dim=-1, keepdim=True)
+    z.sub_(top).exp_()
+    total = z.sum(dim=-1, keepdim=True)
+    z.div_(total)
+    return top + total.log()
+
+
+def _gold_and_mean(z: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
+    """(n,) gold values and means of (n, V) logits: what the loss needs of them before
+    :func:`_softmax_` overwrites them."""
+    return z.gather(1, t.unsqueeze(1)).squeeze(1), z.mean(dim=-1)
+
+
+def _losses(gold: Tensor, mean: Tensor, lse: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Per-token (label-smoothed loss, nll) from the logits' gold values and means and the
+    log-sum-exp: nll = lse - z_t, and the uniform term -mean_v lp_v = lse - mean_v z_v."""
+    lse = lse.squeeze(1)
+    nll = lse - gold
+    return (1.0 - epsilon) * nll + epsilon * (lse - mean), nll
+
+
 def _rdrop_logit_grads(
-    log_probs: tuple[Tensor, Tensor],
+    logits: tuple[Tensor, Tensor],
     t: Tensor,
     epsilon: float,
     alpha: float,
     on_loss: Tensor | None,
     on_nll: Tensor | None,
     *,
+    spare: tuple[Tensor, Tensor],
     want_grads: bool,
 ) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor] | None]:
     """Per-token (loss, nll) of :func:`rdrop_loss` and, if asked, its logits' gradients.
 
-    With lp_k the passes' (n, V) log-probabilities, p_k = exp(lp_k), d = lp1 - lp2 and
+    With z_k the passes' (n, V) logits, p_k = softmax(z_k), lp_k = log p_k, d = lp1 - lp2 and
     e_k = sum_v p_k d, the symmetric KL of a token is KL(p1||p2) + KL(p2||p1) = e1 - e2, and
 
         d (e1 - e2) / d z1 = p1 (d - e1 + 1) - p2
         d (e1 - e2) / d z2 = p2 (1 - d + e2) - p1
 
-    (z_k the logits); the label-smoothed terms differentiate as in :func:`_logit_grad_`.
-    ``on_loss``/``on_nll``: per-token weights of the gradient (None: 1 and 0). Consumes
-    ``log_probs`` (overwritten).
+    the label-smoothed terms differentiating as in :func:`_logit_grad_`. The log-probabilities
+    are never written: d = (z1 - z2) - delta, delta = lse1 - lse2 a constant per token, so
+    e_k = sum_v p_k (z1 - z2) - delta, and delta joins the per-token constants of the
+    gradients. ``on_loss``/``on_nll``: per-token weights of the gradient (None: 1 and 0).
+    Consumes ``logits`` and ``spare`` (two (n, V) buffers of the logits' dtype): the
+    gradients are written into the spare ones.
     """
-    lp1, lp2 = log_probs
-    loss1, nll1 = _smoothed(lp1, t, epsilon)
-    loss2, nll2 = _smoothed(lp2, t, epsilon)
-    d = lp1 - lp2  # (n, V)
-    p1, p2 = lp1.exp_(), lp2.exp_()
-    # row-wise dot products (einsum runs them as n batched 1xV @ Vx1 multiplies, slower on
-    # the CPU: docs/results.md, "The cost of R-Drop")
-    e1 = torch.linalg.vecdot(p1, d)  # KL(p1 || p2)
-    e2 = torch.linalg.vecdot(p2, d)  # -KL(p2 || p1)
+    z1, z2 = logits
+    gold1, mean1 = _gold_and_mean(z1, t)
+    gold2, mean2 = _gold_and_mean(z2, t)
+    zd = torch.sub(z1, z2, out=spare[0])  # d + delta
+    lse1, lse2 = _softmax_(z1), _softmax_(z2)
+    p1, p2 = z1, z2
+    loss1, nll1 = _losses(gold1, mean1, lse1, epsilon)
+    loss2, nll2 = _losses(gold2, mean2, lse2, epsilon)
+    delta = (lse1 - lse2).squeeze(1)
+    # row-wise dot products, the products written into a spare buffer (einsum and
+    # linalg.vecdot are slower on the CPU: docs/results.md, "The cost of R-Drop")
+    e1 = torch.mul(p1, zd, out=spare[1]).sum(dim=-1) - delta  # KL(p1 || p2)
+    e2 = torch.mul(p2, zd, out=spare[1]).sum(dim=-1) - delta  # -KL(p2 || p1)
     loss = 0.5 * (loss1 + loss2) + 0.25 * alpha * (e1 - e2)
     nll = 0.5 * (nll1 + nll2)
     if not want_grads:
@@ -302,11 +337,18 @@ def _rdrop_logit_grads(
     b = 0.25 * alpha * a  # the KL's weight
     mean_weight, uniform = 0.5 * (a + c), 0.5 * epsilon / vocab * a
     on_gold = (-0.5 * ((1.0 - epsilon) * a + c)).expand(n, 1)
-    # p1 (mean_weight + b (1 - e1) + b d) - b p2 - uniform, and the gold column's term
-    g1 = torch.addcmul(mean_weight + b * (1.0 - e1).unsqueeze(1), d, b).mul_(p1)
+    # Out-of-place arithmetic between (n, 1) and (n, V) tensors is several times slower on
+    # the CPU than in place, and every new (n, V) tensor is fresh memory: the two gradients
+    # are built in place, in the spare buffers.
+    # g1 = p1 (mean_weight + b (1 - e1 - delta) + b zd) - b p2 - uniform, and the gold term
+    g1 = (
+        torch.mul(zd, b, out=spare[1])
+        .add_(mean_weight + b * (1.0 - e1 - delta).unsqueeze(1))
+        .mul_(p1)
+    )
     g1.addcmul_(p2, b, value=-1.0).sub_(uniform).scatter_add_(1, t.unsqueeze(1), on_gold)
-    # p2 (mean_weight + b (1 + e2) - b d) - b p1 - uniform
-    g2 = torch.addcmul(mean_weight + b * (1.0 + e2).unsqueeze(1), d, b, value=-1.0).mul_(p2)
+    # g2 = p2 (mean_weight + b (1 + e2 + delta) - b zd) - b p1 - uniform
+    g2 = zd.mul_(-b).add_(mean_weight + b * (1.0 + e2 + delta).unsqueeze(1)).mul_(p2)
     g2.addcmul_(p1, b, value=-1.0).sub_(uniform).scatter_add_(1, t.unsqueeze(1), on_gold)
     return (loss, nll), (g1, g2)
 
@@ -332,27 +374,44 @@ def _chunks(
     weighted by ``on_loss``/``on_nll`` (see :func:`_logit_grad_`).
     """
     soft_dtype = torch.promote_types(hiddens[0].dtype, torch.float32)
+    rows, vocab = min(chunk_rows, target.size(0)), weight.size(0)
+    # (rows, V) buffers that every chunk reuses (new ones per chunk would each be fresh
+    # memory): each pass' logits in the softmax dtype, becoming its probabilities and then its
+    # gradient; the logits in the compute dtype where it differs (bf16), and a bf16 copy of
+    # the gradient for the multiplies; R-Drop's two spares.
+    logits = [weight.new_empty(rows, vocab, dtype=soft_dtype) for _ in hiddens]
+    low = weight.new_empty(rows, vocab) if weight.dtype != soft_dtype else None
+    spare = [
+        weight.new_empty(rows, vocab, dtype=soft_dtype) for _ in range(2 * (len(hiddens) == 2))
+    ]
     for start in range(0, target.size(0), chunk_rows):
         end = min(start + chunk_rows, target.size(0))
-        hs, t = [h[start:end] for h in hiddens], target[start:end]
-        # (n, V) each, in cache
-        log_probs = [(h @ weight.t()).log_softmax(dim=-1, dtype=soft_dtype) for h in hs]
+        hs, t, n = [h[start:end] for h in hiddens], target[start:end], end - start
+        zs = [z[:n] for z in logits]
+        for h, z in zip(hs, zs):
+            if low is None:
+                torch.mm(h, weight.t(), out=z)
+            else:
+                z.copy_(torch.mm(h, weight.t(), out=low[:n]))
         weights = (None, None) if on_loss is None else (on_loss[start:end], on_nll[start:end])
         if len(hs) == 2:
             values, logit_grads = _rdrop_logit_grads(
-                log_probs, t, epsilon, alpha, *weights, want_grads=grads is not None
-            )
+                tuple(zs), t, epsilon, alpha, *weights,
+                spare=(spare[0][:n], spare[1][:n]), want_grads=grads is not None,
+            )  # fmt: skip
         else:
-            values = _smoothed(log_probs[0], t, epsilon) if losses is not None else None
+            gold, mean = _gold_and_mean(zs[0], t)
+            values = _losses(gold, mean, _softmax_(zs[0]), epsilon)
             logit_grads = None
             if grads is not None:
-                logit_grads = (_logit_grad_(log_probs[0].exp_(), t, epsilon, *weights),)
+                logit_grads = (_logit_grad_(zs[0], t, epsilon, *weights),)
         if losses is not None:
             losses[0][start:end], losses[1][start:end] = values
         if grads is None:
             continue
         for h, g, grad_h in zip(hs, logit_grads, grads[0]):
-            g = g.to(h.dtype)
+            if low is not None:
+                g = low[:n].copy_(g)
             torch.mm(g, weight, out=grad_h[start:end])
             if grads[1].dtype == g.dtype:
                 grads[1].addmm_(g.t(), h)
