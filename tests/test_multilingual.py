@@ -283,11 +283,15 @@ def tagged_model(tmp_path_factory, tagged_tokenizer) -> Path:
     src_ids = tok.encode_src([s for s, _ in pairs])
     tgt_ids = tok.encode_tgt([t for _, t in pairs])
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    # decayed to zero at the last step: a settled model, not one caught mid-step (at a constant
+    # rate, a change of float rounding anywhere upstream could leave a word uncopied)
+    steps = 500
+    decay = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0 - step / steps)
     gen = torch.Generator().manual_seed(0)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        for _ in range(500):
+        for _ in range(steps):
             rows = torch.randint(len(pairs), (32,), generator=gen).tolist()
             s_w = max(len(src_ids[r]) for r in rows) + 1
             t_w = max(len(tgt_ids[r]) for r in rows) + 2
@@ -303,6 +307,7 @@ def tagged_model(tmp_path_factory, tagged_tokenizer) -> Path:
             opt.zero_grad()
             loss.backward()
             opt.step()
+            decay.step()
     finally:
         torch.set_num_threads(threads)
     save_model_dir(path, model.eval(), cfg)
