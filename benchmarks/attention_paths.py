@@ -12,6 +12,7 @@ the same either way, is left out. ``--rdrop`` times R-Drop updates (two passes).
     SEQ2SEQ_MIRROR=... python benchmarks/attention_paths.py --shape tiny --rdrop
     SEQ2SEQ_MIRROR=... python benchmarks/attention_paths.py --shape tiny --precision bf16-mixed
     python benchmarks/attention_paths.py --sweep          # one attention call by key count
+    python benchmarks/attention_paths.py --sweep --forward    # the same, forward only
 
 The shapes and data are ``train_throughput.py``'s (``--shape``). Prints, per way, the median
 milliseconds of a forward and backward, target tokens per second over all timed batches, and
@@ -41,9 +42,11 @@ def main() -> int:
     p.add_argument("--precision", choices=["32", "bf16-mixed"], default="32")
     p.add_argument("--mirror", default=os.environ.get("SEQ2SEQ_MIRROR"))
     p.add_argument("--sweep", action="store_true", help="one attention call by key count")
+    p.add_argument("--forward", action="store_true",
+                   help="--sweep: the forward alone, without gradients (inference)")  # fmt: skip
     args = p.parse_args()
     if args.sweep:
-        return sweep(args.threads, args.steps, args.warmup)
+        return sweep(args.threads, args.steps, args.warmup, forward_only=args.forward)
     mirror = needs.mirror(args.mirror)
 
     import torch
@@ -95,8 +98,9 @@ def main() -> int:
     return 0
 
 
-def sweep(threads: int, calls: int, warmup: int) -> int:
-    """One attend call, forward and backward, SDPA against explicit, by key count."""
+def sweep(threads: int, calls: int, warmup: int, *, forward_only: bool) -> int:
+    """One attend call, forward and backward (or forward only), SDPA against explicit, by key
+    count."""
     import torch
 
     from seq2seq.model import attention
@@ -104,12 +108,15 @@ def sweep(threads: int, calls: int, warmup: int) -> int:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     default = attention.SHORT_KEYS
-    print(f"\nOne attention call, forward + backward, float32, 4,096 tokens, 4 heads of 32, "
+    what = "forward only, no gradients" if forward_only else "forward + backward"
+    print(f"\nOne attention call, {what}, float32, 4,096 tokens, 4 heads of 32, "
           f"padding mask, {threads} threads, {calls} calls each way (median)")  # fmt: skip
     print(f"{'keys':>6}{'sentences':>11}{'SDPA ms':>10}{'explicit ms':>13}{'SDPA / explicit':>17}")
     for length in (16, 24, 32, 40, 48, 56, 64, 128):
         batch = 4096 // length
-        q, k, v = (torch.randn(batch, 4, length, 32, requires_grad=True) for _ in range(3))
+        q, k, v = (
+            torch.randn(batch, 4, length, 32, requires_grad=not forward_only) for _ in range(3)
+        )
         mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
         mask[: batch // 2, ..., length - length // 4 :] = False  # half the sentences padded
         grad = torch.randn(batch, 4, length, 32)
@@ -118,7 +125,9 @@ def sweep(threads: int, calls: int, warmup: int) -> int:
             for short_keys in (0, 10**9) if i % 2 == 0 else (10**9, 0):
                 attention.SHORT_KEYS = short_keys
                 start = time.perf_counter()
-                attention.attend(q, k, v, mask=mask)[0].backward(grad)
+                out, _ = attention.attend(q, k, v, mask=mask)
+                if not forward_only:
+                    out.backward(grad)
                 if i >= warmup:
                     times[short_keys].append(time.perf_counter() - start)
         attention.SHORT_KEYS = default

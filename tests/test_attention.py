@@ -253,8 +253,9 @@ def _count_sdpa(monkeypatch) -> list[int]:
 def test_short_sentences_take_the_explicit_path_with_sdpa_s_values_and_gradients(
     case, monkeypatch
 ) -> None:
-    """On the CPU, up to SHORT_KEYS keys run the explicit path (faster there, forward and
-    backward): its outputs and gradients equal SDPA's; longer ones run SDPA."""
+    """On the CPU, up to SHORT_KEYS keys run the explicit path when autograd records (faster
+    there, forward and backward): its outputs and gradients equal SDPA's; longer ones, and
+    calls without gradients, run SDPA."""
     mask = MASK_CASES[case](7, 7)
     results = []
     for short_keys in (0, 40):  # SDPA, then the default explicit path
@@ -271,15 +272,22 @@ def test_short_sentences_take_the_explicit_path_with_sdpa_s_values_and_gradients
     # past SHORT_KEYS keys, SDPA again
     monkeypatch.setattr(attention, "SHORT_KEYS", 6)
     calls = _count_sdpa(monkeypatch)
-    attend(*_qkv(3, 7, 7), mask=mask)
+    attend(*(x.requires_grad_(True) for x in _qkv(3, 7, 7)), mask=mask)
     assert len(calls) == 1
+    # and without gradients (inference, validation) too: a forward alone is faster there
+    monkeypatch.setattr(attention, "SHORT_KEYS", 40)
+    calls = _count_sdpa(monkeypatch)
+    attend(*_qkv(3, 7, 7), mask=mask)
+    with torch.no_grad():
+        attend(*(x.requires_grad_(True) for x in _qkv(3, 7, 7)), mask=mask)
+    assert len(calls) == 2
 
 
 def test_explicit_path_with_dropout_in_training_drops_and_returns_no_weights(monkeypatch):
     """Short sentences with attention dropout (training): the explicit path applies it."""
     monkeypatch.setattr(attention, "SHORT_KEYS", 40)
     calls = _count_sdpa(monkeypatch)
-    q, k, v = _qkv(2, 5, 5)
+    q, k, v = (x.requires_grad_(True) for x in _qkv(2, 5, 5))
     clean, _ = attend(q, k, v, mask=None)
     torch.manual_seed(0)
     dropped, weights = attend(q, k, v, mask=None, dropout=0.5)

@@ -11,8 +11,8 @@ Two modules share one core (:func:`attend`):
 and no cache (SDPA's causal mask is top-left aligned). Everything else gets an explicit
 boolean mask from masks.py. ``need_weights=True`` takes the explicit path (two batched
 multiplies and a softmax), which also returns the attention weights (B, H, Lq, Lk), for plots
-and tests; on the CPU that path also runs short sentences and decoding steps, where it is
-faster than SDPA's kernel.
+and tests; on the CPU that path also runs decoding steps, and short sentences in training
+(forward and backward), where it is faster than SDPA's kernel.
 
 :class:`KVCache` holds the decoder's self-attention keys and values during incremental
 decoding in preallocated, time-major buffers: a step writes its position in place instead of
@@ -37,7 +37,8 @@ SMALL_QUERY = 8
 """Calls with at most this many queries per row run the explicit path on the CPU (see attend)."""
 
 SHORT_KEYS = 40
-"""Calls with at most this many keys run the explicit path on the CPU (see attend)."""
+"""Calls with at most this many keys run the explicit path on the CPU when autograd records
+them (training; see attend)."""
 
 
 def attend(
@@ -59,7 +60,7 @@ def attend(
         dropout: attention dropout probability (pass 0.0 at eval time).
         need_weights: also return the weights (B, H, Lq, Lk) via the explicit path (also
             taken, without returning them, on the CPU for up to ``SMALL_QUERY`` queries
-            without dropout, or up to ``SHORT_KEYS`` keys).
+            without dropout, or up to ``SHORT_KEYS`` keys in training).
 
     Returns:
         (output (B, H, Lq, Dh), weights or None).
@@ -75,10 +76,11 @@ def attend(
     # On the CPU, SDPA's kernel is slower than two batched multiplies and a softmax for a
     # decoding step's few queries per row (1; the K beams of a sentence in cross-attention:
     # benchmarks/profile_step.py) and, forward and backward, for short sentences (up to
-    # SHORT_KEYS keys: docs/benchmarks.md, "Attention on short sentences"); such calls take
-    # the explicit path.
+    # SHORT_KEYS keys, when autograd records: docs/benchmarks.md, "Attention on short
+    # sentences"; a forward alone is faster on SDPA's kernel); such calls take the explicit path.
     explicit = q.device.type == "cpu" and (
-        (q.size(-2) <= SMALL_QUERY and dropout == 0.0) or k.size(-2) <= SHORT_KEYS
+        (q.size(-2) <= SMALL_QUERY and dropout == 0.0)
+        or (k.size(-2) <= SHORT_KEYS and q.requires_grad and torch.is_grad_enabled())
     )
     if not need_weights and not explicit:
         out = F.scaled_dot_product_attention(
