@@ -23,8 +23,9 @@ DTYPE = torch.float64
 @pytest.fixture(autouse=True)
 def _sdpa_for_every_call(monkeypatch):
     """Every call without need_weights goes through SDPA here, so that "fast" against "slow"
-    compares SDPA's kernel with the explicit path (on the CPU, short sentences and decoding
-    steps take the explicit path by default: the routing tests below undo this)."""
+    compares SDPA's kernel with the explicit path (on the CPU, decoding steps, and short
+    sentences in training, take the explicit path by default: the routing tests below undo
+    this)."""
     monkeypatch.setattr(attention, "SHORT_KEYS", 0)
     monkeypatch.setattr(attention, "SMALL_QUERY", 0)
 
