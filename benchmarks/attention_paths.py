@@ -26,10 +26,10 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
 
 import needs  # this folder: one line and exit 2 for a missing mirror
 import train_throughput as tt
+from turns import in_turns
 
 
 def main() -> int:
@@ -69,24 +69,19 @@ def main() -> int:
         tgt_vocab_size=dm.tokenizer.tgt_vocab_size,
     ).train()
     bf16 = args.precision == "bf16-mixed"
-    ways = {"SDPA's kernel": 0, f"explicit (up to {attention.SHORT_KEYS} keys)": None}
     default = attention.SHORT_KEYS
-    times: dict[str, list[float]] = {way: [] for way in ways}
-    tokens = 0
-    for i, batch in enumerate(batches):
-        order = list(ways) if i % 2 == 0 else list(reversed(ways))
-        for way in order:
-            attention.SHORT_KEYS = default if ways[way] is None else ways[way]
-            module.zero_grad(set_to_none=True)
-            start = time.perf_counter()
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                out = module.compute_loss(batch.src_ids, batch.tgt_ids)
-            (out.loss / out.n_tokens).backward()
-            if i >= args.warmup:
-                times[way].append(time.perf_counter() - start)
-        if i >= args.warmup:
-            tokens += out.n_tokens
+    ways = {"SDPA's kernel": 0, f"explicit (up to {default} keys)": default}
+
+    def run(way: str, i: int) -> None:
+        attention.SHORT_KEYS = ways[way]
+        module.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = module.compute_loss(batches[i].src_ids, batches[i].tgt_ids)
+        (out.loss / out.n_tokens).backward()
+
+    times = in_turns(list(ways), args.steps, args.warmup, run)
     attention.SHORT_KEYS = default
+    tokens = sum(batch.n_tgt_tokens for batch in batches[args.warmup :])
     base = statistics.median(times[next(iter(ways))])
     what = "R-Drop (two passes)" if args.rdrop else "one pass"
     print(f"\nAttention paths, {args.shape} shape, {args.precision}, {what}, forward + backward, "
@@ -103,37 +98,42 @@ def sweep(threads: int, calls: int, warmup: int, *, forward_only: bool) -> int:
     count."""
     import torch
 
-    from seq2seq.model import attention
-
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    default = attention.SHORT_KEYS
     what = "forward only, no gradients" if forward_only else "forward + backward"
     print(f"\nOne attention call, {what}, float32, 4,096 tokens, 4 heads of 32, "
           f"padding mask, {threads} threads, {calls} calls each way (median)")  # fmt: skip
     print(f"{'keys':>6}{'sentences':>11}{'SDPA ms':>10}{'explicit ms':>13}{'SDPA / explicit':>17}")
     for length in (16, 24, 32, 40, 48, 56, 64, 128):
+        sdpa, explicit = _one_call(length, calls, warmup, forward_only=forward_only)
         batch = 4096 // length
-        q, k, v = (
-            torch.randn(batch, 4, length, 32, requires_grad=not forward_only) for _ in range(3)
-        )
-        mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
-        mask[: batch // 2, ..., length - length // 4 :] = False  # half the sentences padded
-        grad = torch.randn(batch, 4, length, 32)
-        times: dict[int, list[float]] = {0: [], 10**9: []}
-        for i in range(warmup + calls):
-            for short_keys in (0, 10**9) if i % 2 == 0 else (10**9, 0):
-                attention.SHORT_KEYS = short_keys
-                start = time.perf_counter()
-                out, _ = attention.attend(q, k, v, mask=mask)
-                if not forward_only:
-                    out.backward(grad)
-                if i >= warmup:
-                    times[short_keys].append(time.perf_counter() - start)
-        attention.SHORT_KEYS = default
-        sdpa, explicit = (statistics.median(times[x]) * 1000 for x in (0, 10**9))
         print(f"{length:>6}{batch:>11}{sdpa:>10.2f}{explicit:>13.2f}{sdpa / explicit:>16.2f}x")
     return 0
+
+
+def _one_call(length: int, calls: int, warmup: int, *, forward_only: bool) -> tuple[float, float]:
+    """Median milliseconds of one attend call over sentences of ``length`` tokens (4,096 in
+    all, half of them padded): SDPA's kernel, then the explicit path."""
+    import torch
+
+    from seq2seq.model import attention
+
+    batch = 4096 // length
+    q, k, v = (torch.randn(batch, 4, length, 32, requires_grad=not forward_only) for _ in range(3))
+    mask = torch.ones(batch, 1, 1, length, dtype=torch.bool)
+    mask[: batch // 2, ..., length - length // 4 :] = False  # half the sentences padded
+    grad = torch.randn(batch, 4, length, 32)
+    default = attention.SHORT_KEYS
+
+    def run(way: str, _i: int) -> None:
+        attention.SHORT_KEYS = 0 if way == "SDPA" else 10**9
+        out, _ = attention.attend(q, k, v, mask=mask)
+        if not forward_only:
+            out.backward(grad)
+
+    times = in_turns(["SDPA", "explicit"], calls, warmup, run)
+    attention.SHORT_KEYS = default
+    return tuple(statistics.median(times[way]) * 1000 for way in ("SDPA", "explicit"))
 
 
 if __name__ == "__main__":

@@ -17,10 +17,10 @@ import argparse
 import importlib.util
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import needs  # this folder: one line and exit 2 for a user mistake
+from turns import in_turns
 
 
 def _load(checkout: Path):
@@ -72,13 +72,9 @@ def main() -> int:
           f"float32, {args.threads} threads, {args.calls} calls each (median)")  # fmt: skip
     print(f"{'loss':<10}{'code':<34}{'ms':>9}{'vs first':>10}")
     for kind in ("one pass", "R-Drop"):
-        times: dict[str, list[float]] = {way: [] for way in ways}
-        for i in range(args.warmup + args.calls):
-            for way in list(ways) if i % 2 == 0 else list(reversed(ways)):
-                start = time.perf_counter()
-                call(ways[way], kind)
-                if i >= args.warmup:
-                    times[way].append(time.perf_counter() - start)
+        times = in_turns(
+            list(ways), args.calls, args.warmup, lambda way, _i, kind=kind: call(ways[way], kind)
+        )
         base = statistics.median(next(iter(times.values())))
         for way, ts in times.items():
             med = statistics.median(ts)
