@@ -147,20 +147,14 @@ class _SmoothedNLL(torch.autograd.Function):
         ctx.save_for_backward(log_probs, target)
         ctx.epsilon = epsilon
         ctx.logits_dtype = logits.dtype
-        return _smoothed(log_probs, target, epsilon)
+        # log-probabilities: logits whose log-sum-exp is 0
+        return _losses(*_gold_and_mean(log_probs, target), 0.0, epsilon)
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor):
         log_probs, target = ctx.saved_tensors
         grad = _logit_grad_(log_probs.exp(), target, ctx.epsilon, grad_loss, grad_nll)
         return grad.to(ctx.logits_dtype), None, None
-
-
-def _smoothed(log_probs: Tensor, t: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-    """Per-token (label-smoothed loss, nll) from (n, V) log-probabilities and (n,) gold ids."""
-    nll = -log_probs.gather(1, t.unsqueeze(1)).squeeze(1)
-    smooth = -log_probs.mean(dim=-1)
-    return (1.0 - epsilon) * nll + epsilon * smooth, nll
 
 
 def _logit_grad_(
@@ -261,7 +255,7 @@ def projected_rdrop_loss(
 
 
 def _softmax_(z: Tensor) -> Tensor:
-    """Turn (n, V) logits into their softmax in place; return the (n, 1) log-sum-exp.
+    """Turn (n, V) logits into their softmax in place; return the (n,) log-sum-exp.
 
     ``log_softmax`` followed by ``exp`` computes every exponential twice and writes two new
     (n, V) tensors; this computes each once, in the logits' own memory.
@@ -270,19 +264,21 @@ def _softmax_(z: Tensor) -> Tensor:
     z.sub_(top).exp_()
     total = z.sum(dim=-1, keepdim=True)
     z.div_(total)
-    return top + total.log()
+    return (top + total.log()).squeeze(1)
 
 
 def _gold_and_mean(z: Tensor, t: Tensor) -> tuple[Tensor, Tensor]:
-    """(n,) gold values and means of (n, V) logits: what the loss needs of them before
-    :func:`_softmax_` overwrites them."""
+    """(n,) gold values and row means of (n, V) logits or log-probabilities: what the loss
+    needs of logits before :func:`_softmax_` overwrites them."""
     return z.gather(1, t.unsqueeze(1)).squeeze(1), z.mean(dim=-1)
 
 
-def _losses(gold: Tensor, mean: Tensor, lse: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
-    """Per-token (label-smoothed loss, nll) from the logits' gold values and means and the
-    log-sum-exp: nll = lse - z_t, and the uniform term -mean_v lp_v = lse - mean_v z_v."""
-    lse = lse.squeeze(1)
+def _losses(
+    gold: Tensor, mean: Tensor, lse: Tensor | float, epsilon: float
+) -> tuple[Tensor, Tensor]:
+    """Per-token (label-smoothed loss, nll) from the logits' (n,) gold values and means and
+    their (n,) log-sum-exp: nll = lse - z_t, and the uniform term -mean_v lp_v = lse - mean_v
+    z_v."""
     nll = lse - gold
     return (1.0 - epsilon) * nll + epsilon * (lse - mean), nll
 
@@ -321,7 +317,7 @@ def _rdrop_logit_grads(
     p1, p2 = z1, z2
     loss1, nll1 = _losses(gold1, mean1, lse1, epsilon)
     loss2, nll2 = _losses(gold2, mean2, lse2, epsilon)
-    delta = (lse1 - lse2).squeeze(1)
+    delta = lse1 - lse2
     # row-wise dot products, the products written into a spare buffer (einsum and
     # linalg.vecdot are slower on the CPU: docs/results.md, "The cost of R-Drop")
     e1 = torch.mul(p1, zd, out=spare[1]).sum(dim=-1) - delta  # KL(p1 || p2)
@@ -338,8 +334,7 @@ def _rdrop_logit_grads(
     mean_weight, uniform = 0.5 * (a + c), 0.5 * epsilon / vocab * a
     on_gold = (-0.5 * ((1.0 - epsilon) * a + c)).expand(n, 1)
     # Out-of-place arithmetic between (n, 1) and (n, V) tensors is several times slower on
-    # the CPU than in place, and every new (n, V) tensor is fresh memory: the two gradients
-    # are built in place, in the spare buffers.
+    # the CPU than in place: the two gradients are built in place, in the spare buffers.
     # g1 = p1 (mean_weight + b (1 - e1 - delta) + b zd) - b p2 - uniform, and the gold term
     g1 = (
         torch.mul(zd, b, out=spare[1])
@@ -375,15 +370,15 @@ def _chunks(
     """
     soft_dtype = torch.promote_types(hiddens[0].dtype, torch.float32)
     rows, vocab = min(chunk_rows, target.size(0)), weight.size(0)
-    # (rows, V) buffers that every chunk reuses (new ones per chunk would each be fresh
-    # memory): each pass' logits in the softmax dtype, becoming its probabilities and then its
-    # gradient; the logits in the compute dtype where it differs (bf16), and a bf16 copy of
-    # the gradient for the multiplies; R-Drop's two spares.
+    # (rows, V) buffers that every chunk reuses (new ones per chunk would each be allocated,
+    # and be fresh pages where freed memory is not kept): each pass' logits in the softmax
+    # dtype, becoming its probabilities and then its gradient; the logits in the compute dtype
+    # where it differs (bf16), and a bf16 copy of the gradient for the multiplies; R-Drop's
+    # two spares.
     logits = [weight.new_empty(rows, vocab, dtype=soft_dtype) for _ in hiddens]
     low = weight.new_empty(rows, vocab) if weight.dtype != soft_dtype else None
-    spare = [
-        weight.new_empty(rows, vocab, dtype=soft_dtype) for _ in range(2 * (len(hiddens) == 2))
-    ]
+    two_passes = len(hiddens) == 2
+    spare = [weight.new_empty(rows, vocab, dtype=soft_dtype) for _ in range(2 if two_passes else 0)]
     for start in range(0, target.size(0), chunk_rows):
         end = min(start + chunk_rows, target.size(0))
         hs, t, n = [h[start:end] for h in hiddens], target[start:end], end - start
@@ -394,7 +389,7 @@ def _chunks(
             else:
                 z.copy_(torch.mm(h, weight.t(), out=low[:n]))
         weights = (None, None) if on_loss is None else (on_loss[start:end], on_nll[start:end])
-        if len(hs) == 2:
+        if two_passes:
             values, logit_grads = _rdrop_logit_grads(
                 tuple(zs), t, epsilon, alpha, *weights,
                 spare=(spare[0][:n], spare[1][:n]), want_grads=grads is not None,
