@@ -71,11 +71,12 @@ SCOPES = {
 }
 
 
-def _wrap_scopes() -> None:
-    """Wrap the functions of SCOPES in ``torch.profiler.record_function`` (this process only)."""
+def _wrap_scopes(scopes: dict[str, str] = SCOPES) -> None:
+    """Wrap the functions of ``scopes`` (dotted path: label) in ``torch.profiler.record_function``
+    labelled ``## label`` (this process only)."""
     import importlib
 
-    for path, label in SCOPES.items():
+    for path, label in scopes.items():
         module_name, _, attr = path.rpartition(".")
         owner_name, _, cls_name = module_name.rpartition(".")
         try:

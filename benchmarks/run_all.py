@@ -28,6 +28,7 @@ BENCHMARKS = {
     "train_throughput": (False, []),
     "attention_paths": (False, []),
     "fused_loss": (False, []),
+    "profile_train": (False, ["--rdrop"]),
     "precision_probe": (
         False,
         [str(CONFIGS / "multi30k_quick.yaml"), str(CONFIGS / "multi30k_fast.yaml")],
