@@ -15,9 +15,9 @@ one bucket, by its name, its input shapes and the code it ran in:
   projections), forward and backward;
 - attention: ``attention.attend`` forward (SDPA's kernel or the batched multiplies and
   softmax) and its backward;
-- dropout masks: drawing and building the masks (``layers.dropout``);
+- dropout: drawing the masks and applying them, forward (``layers.dropout``);
 - layer norm, optimizer (the step), other operators (embeddings, residual adds, activations,
-  dropout's multiply and every backward not named above);
+  dropout's backward multiply and every backward not named above);
 - Python and autograd: the wall time per update without the profiler less the operators'
   time under it (the interpreter, dispatch, the autograd engine). The profiler adds its own
   cost to each operator, so this is a lower bound, and 0 where the profiled operators took
@@ -50,7 +50,7 @@ BUCKETS = (
     "loss, the rest",
     "linear layers",
     "attention",
-    "dropout masks",
+    "dropout",
     "layer norm",
     "optimizer",
     "other operators",
@@ -59,7 +59,7 @@ BUCKETS = (
 MULTIPLIES = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::bmm", "aten::baddbmm"}
 SCOPES = {
     "seq2seq.model.attention.attend": "attention",
-    "seq2seq.model.layers.dropout": "dropout masks",
+    "seq2seq.model.layers.dropout": "dropout",
 }
 _NODE = "autograd::engine::evaluate_function: "
 # backward nodes of the attention's operators (SDPA's kernel, or bmm/softmax/masked_fill)
@@ -108,7 +108,7 @@ def bucket(event, vocab: int) -> str:
         return "loss, the rest"
     if ctx == "attention" or (ctx and ctx.startswith(_ATTENTION_NODES)):
         return "attention"
-    if ctx in ("dropout masks", "optimizer"):
+    if ctx in ("dropout", "optimizer"):
         return ctx
     if "layer_norm" in name:
         return "layer norm"
