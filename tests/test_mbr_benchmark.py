@@ -3,27 +3,14 @@ lever table), on hand-checked lists and as the script runs on a tiny model."""
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
+import benchmark_scripts
 import pytest
 from factories import make_model_dir
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.fixture(scope="module")
 def mbr():
-    import sys
-
-    sys.path.insert(0, str(BENCHMARKS))  # the script's `import needs`
-    try:
-        spec = importlib.util.spec_from_file_location("mbr_benchmark", BENCHMARKS / "mbr.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return benchmark_scripts.load("mbr")
 
 
 def test_the_consensus_wins_over_the_outlier_and_the_beams_order(mbr):

@@ -3,10 +3,7 @@ under torch.profiler (docs/benchmarks.md, "What a training update is made of")."
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+import benchmark_scripts
 import pytest
 import torch
 
@@ -15,22 +12,12 @@ from seq2seq.data import PAD_ID
 from seq2seq.model import attention, layers
 from seq2seq.train.module import TranslationModule
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 D, FF, V = 16, 32, 37  # V matches no other dimension of the model or the batch
 
 
 @pytest.fixture(scope="module")
 def profile_train():
-    sys.path.insert(0, str(BENCHMARKS))  # the script's own imports
-    try:
-        spec = importlib.util.spec_from_file_location(
-            "profile_train", BENCHMARKS / "profile_train.py"
-        )
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return benchmark_scripts.load("profile_train")
 
 
 def test_multiply_flops_from_shapes(profile_train):
